@@ -1,0 +1,70 @@
+"""The one config of a dynamic-vocabulary model, saved as ``dynvocab_config.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "dynvocab_config.json"
+
+
+@dataclass
+class DynamicVocabConfig:
+    """Settings of the phrase encoder and phrase table.
+
+    The ``base_*`` fields are filled from the wrapped LM and checked when a saved
+    model is loaded onto another base model.
+    """
+
+    encoder_layers: int = field(default=1, metadata={"help": "Decoder layers of the LM copied into the phrase encoder."})
+    encoder_model: str | None = field(
+        default=None, metadata={"help": "Build the encoder from this causal LM (same tokenizer) instead of the wrapped one."}
+    )
+    head_hidden_size: int | None = field(
+        default=None, metadata={"help": "Hidden width of the encoder's output MLP; None means the LM's hidden size."}
+    )
+    max_phrase_tokens: int = field(default=8, metadata={"help": "Longest phrase, in LM tokens (the paper uses 8)."})
+    encode_batch_size: int = field(default=512, metadata={"help": "Phrases encoded per forward pass when caching vectors."})
+    base_model_type: str | None = field(default=None, metadata={"help": "model_type of the wrapped LM."})
+    base_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the wrapped LM."})
+    base_vocab_size: int | None = field(default=None, metadata={"help": "Vocabulary size V of the wrapped LM."})
+    tokenizer_fingerprint: str | None = field(default=None, metadata={"help": "Hash of the tokenizer's vocabulary."})
+
+    def __post_init__(self) -> None:
+        if self.encoder_layers < 1:
+            raise ValueError(f"encoder_layers must be >= 1, got {self.encoder_layers}")
+        if not 2 <= self.max_phrase_tokens <= 64:
+            raise ValueError(
+                f"max_phrase_tokens must be between 2 and 64, got {self.max_phrase_tokens}: "
+                "a phrase has at least two tokens (a single token is already in the vocabulary)"
+            )
+        if self.head_hidden_size is not None and self.head_hidden_size < 1:
+            raise ValueError(f"head_hidden_size must be positive or None, got {self.head_hidden_size}")
+        if self.encode_batch_size < 1:
+            raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "DynamicVocabConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            logger.warning("ignoring unknown config keys %s (saved by a newer dynvocab?)", unknown)
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+    def save(self, directory: str | Path) -> None:
+        (Path(directory) / CONFIG_NAME).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "DynamicVocabConfig":
+        path = Path(directory) / CONFIG_NAME
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found: is {directory} a directory written by DynamicVocabLM.save_pretrained?")
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))

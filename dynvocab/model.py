@@ -1,0 +1,338 @@
+"""``DynamicVocabLM``: any Hugging Face causal LM plus a phrase vocabulary that changes at run time."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel, TextStreamer
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from . import text
+from .config import DynamicVocabConfig
+from .phrase_encoder import PhraseEncoder, unwrap_model
+from .phrase_table import PhraseLike, PhraseTable, as_phrase
+from .scoring import DotProductScorer
+
+logger = logging.getLogger(__name__)
+
+
+class DynamicVocabLM(PreTrainedModel, GenerationMixin):
+    """A causal LM whose vocabulary is its own ``V`` tokens plus a run-time phrase table.
+
+    Phrase ``i`` has id ``V + i``. As an input it is embedded by the phrase encoder's
+    input vector; as an output it is scored ``h · e_out`` next to the LM's own logits,
+    so ``forward`` returns logits over ``V + len(phrases)`` and ``generate()`` emits a
+    whole phrase in one step. The LM's weights and architecture are left as they are;
+    its embedding matrices are used in place, never copied.
+
+    Build one with ``DynamicVocabLM.from_causal_lm(model, tokenizer)``.
+    """
+
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+    _keys_to_ignore_on_save = None
+
+    def __init__(
+        self,
+        lm: nn.Module,
+        tokenizer,
+        phrase_encoder: PhraseEncoder,
+        config: DynamicVocabConfig,
+    ) -> None:
+        base = unwrap_model(lm)
+        super().__init__(base.config)
+        self.lm = lm
+        self.tokenizer = tokenizer
+        self.phrase_encoder = phrase_encoder
+        self.scorer: nn.Module = DotProductScorer()
+        self.dynvocab_config = config
+        self.generation_config = base.generation_config
+        self.vocab_size = base.get_input_embeddings().num_embeddings
+        self.phrase_table = PhraseTable(tokenizer, self.vocab_size, config.max_phrase_tokens)
+        self._row_masks: torch.Tensor | None = None
+        self._encoded_version: int | None = None
+        self._lm_takes_logits_to_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_causal_lm(cls, model: nn.Module | str, tokenizer=None, **config) -> "DynamicVocabLM":
+        """Wrap a causal LM (a ``PreTrainedModel``, a peft model, or a Hub name or path).
+
+        ``config`` holds ``DynamicVocabConfig`` fields, e.g. ``encoder_layers=2``.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if isinstance(model, str):
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+            model = AutoModelForCausalLM.from_pretrained(model)
+        if tokenizer is None:
+            raise ValueError("tokenizer is required when model is a model object; pass the LM's own tokenizer")
+        settings = DynamicVocabConfig(**config)
+        base = unwrap_model(model)
+        _check_vocab(base, tokenizer)
+        encoder = PhraseEncoder.from_causal_lm(
+            model, settings.encoder_layers, settings.head_hidden_size, settings.encoder_model
+        )
+        settings.base_model_type = base.config.model_type
+        settings.base_hidden_size = base.config.hidden_size
+        settings.base_vocab_size = base.get_input_embeddings().num_embeddings
+        settings.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
+        return cls(model, tokenizer, encoder, settings)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.lm.get_input_embeddings()
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm.get_output_embeddings()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Nothing to initialise: the LM is pretrained and the encoder is built from it."""
+
+    # ------------------------------------------------------------------ phrases
+    @property
+    def phrases(self) -> list:
+        return list(self.phrase_table.phrases)
+
+    def set_phrases(self, phrases: Sequence[PhraseLike] | Sequence[Sequence[PhraseLike]]) -> None:
+        """Replace the phrase set. A list of lists gives each batch row its own set.
+
+        Vectors of phrases already in the table are reused; only new ones are encoded.
+        """
+        per_row = bool(phrases) and all(isinstance(p, (list, tuple)) for p in phrases)
+        rows = list(phrases) if per_row else [list(phrases)]
+        checked = [self.phrase_table.validate(row) for row in rows]
+        wanted = {p.text for row in checked for p, _ in row}
+        self.phrase_table.keep([i for i, p in enumerate(self.phrase_table.phrases) if p.text in wanted])
+        for row in checked:
+            self.phrase_table.add_validated(row)
+        self._row_masks = self._build_row_masks(checked) if per_row else None
+        self.refresh_phrase_vectors(only_new=True)
+
+    def add_phrases(self, phrases: Sequence[PhraseLike]) -> None:
+        """Add phrases to the shared set (every row may use them); only new ones are encoded."""
+        before = len(self.phrase_table)
+        self.phrase_table.add(phrases)
+        if self._row_masks is not None:
+            grown = torch.ones(self._row_masks.shape[0], len(self.phrase_table), dtype=torch.bool)
+            grown[:, :before] = self._row_masks
+            self._row_masks = grown
+        self.refresh_phrase_vectors(only_new=True)
+
+    def remove_phrases(self, phrases: Sequence[PhraseLike]) -> None:
+        """Remove phrases; ids of later phrases move down by the number removed."""
+        keep_texts = {p.text for p in self.phrase_table.phrases} - {as_phrase(p).text for p in phrases}
+        kept = [i for i, p in enumerate(self.phrase_table.phrases) if p.text in keep_texts]
+        if self._row_masks is not None:
+            self._row_masks = self._row_masks[:, kept]
+        self.phrase_table.keep(kept)
+
+    def _build_row_masks(self, rows) -> torch.Tensor:
+        masks = torch.zeros(len(rows), len(self.phrase_table), dtype=torch.bool)
+        for r, row in enumerate(rows):
+            for phrase, _ in row:
+                masks[r, self.phrase_table.id_of(phrase) - self.vocab_size] = True
+        return masks
+
+    def _encoder_version(self) -> int:
+        return sum(p._version for p in self.phrase_encoder.parameters())
+
+    @torch.no_grad()
+    def refresh_phrase_vectors(self, only_new: bool = False) -> None:
+        """Encode the table's phrases: the ones without vectors, or all when the encoder changed."""
+        table = self.phrase_table
+        if not only_new or self._encoded_version != self._encoder_version():
+            table.input_vectors = table.output_vectors = None
+        todo = table.token_ids[table.num_encoded :]
+        if todo:
+            was_training = self.phrase_encoder.training
+            self.phrase_encoder.eval()
+            table.append_vectors(*self.phrase_encoder.encode_ids(todo, self.dynvocab_config.encode_batch_size))
+            self.phrase_encoder.train(was_training)
+        self._encoded_version = self._encoder_version()
+
+    def _cached_vectors(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        table = self.phrase_table
+        if len(table) and (table.num_encoded < len(table) or self._encoded_version != self._encoder_version()):
+            self.refresh_phrase_vectors()
+        return table.input_vectors, table.output_vectors
+
+    # ------------------------------------------------------------------ text
+    def tokenize(self, text_: str, row: int | None = None) -> list[int]:
+        """Token and phrase ids of ``text_`` by forward maximum matching (one row's set if ``row`` is given)."""
+        allowed = None
+        if row is not None and self._row_masks is not None:
+            allowed = set(self._row_masks[row].nonzero().flatten().tolist())
+        return text.tokenize(text_, self.tokenizer, self.phrase_table, allowed)
+
+    def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False) -> str:
+        return text.decode(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens)
+
+    def segments(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False) -> list[text.Segment]:
+        """Each phrase of ``ids`` and each run of tokens between them, with phrase sources."""
+        return text.segments(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens)
+
+    def text_streamer(self, skip_prompt: bool = True, **decode_kwargs) -> TextStreamer:
+        """A ``TextStreamer`` for ``generate(streamer=...)`` that prints phrases as text."""
+        return TextStreamer(text.PhraseAwareDecoder(self.tokenizer, self.phrase_table), skip_prompt, **decode_kwargs)
+
+    # ------------------------------------------------------------------ forward
+    def embed(self, input_ids: torch.Tensor, phrase_inputs: torch.Tensor | None) -> torch.Tensor:
+        """``(B, T)`` mixed ids -> ``(B, T, d)`` input embeddings (phrase ids take phrase vectors)."""
+        embeddings = self.lm.get_input_embeddings()
+        is_phrase = input_ids >= self.vocab_size
+        if not bool(is_phrase.any()):
+            return embeddings(input_ids)
+        num_phrases = 0 if phrase_inputs is None else phrase_inputs.shape[0]
+        largest = int(input_ids.max())
+        if largest >= self.vocab_size + num_phrases:
+            raise ValueError(
+                f"input id {largest} is past the vocabulary: V={self.vocab_size} plus {num_phrases} phrases; "
+                "set the phrases before using their ids"
+            )
+        tokens = embeddings(input_ids.masked_fill(is_phrase, 0))
+        phrase_rows = phrase_inputs[input_ids[is_phrase] - self.vocab_size].to(tokens.dtype)
+        return tokens.masked_scatter(is_phrase.unsqueeze(-1), phrase_rows)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int = 0,
+        phrase_mask: torch.Tensor | None = None,
+        phrase_vectors: tuple[torch.Tensor, torch.Tensor] | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """Logits over ``V + P``: the LM's own next to ``h · e_out(p)`` for every phrase.
+
+        Args:
+            input_ids: ``(B, T)`` ids; ids ``>= V`` are phrases.
+            phrase_mask: ``(B, P)`` bool, which phrases each row may emit (default: the
+                per-row sets given to ``set_phrases``, else all).
+            phrase_vectors: ``(P, d)`` input and output vectors to use instead of the
+                cached table (training passes freshly encoded, differentiable ones).
+            labels: ``(B, T)`` mixed ids; the loss is next-id cross-entropy over ``V + P``.
+        """
+        vec_in, vec_out = phrase_vectors if phrase_vectors is not None else self._cached_vectors()
+        if inputs_embeds is None:
+            inputs_embeds = self.embed(input_ids, vec_in)
+        if phrase_mask is None and self._row_masks is not None and phrase_vectors is None:
+            phrase_mask = self._default_row_mask(inputs_embeds.shape[0])
+        kwargs.pop("return_dict", None)
+        if self._lm_takes_logits_to_keep:
+            kwargs["logits_to_keep"] = logits_to_keep
+        out = self.lm(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_hidden_states=True,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = out.logits
+        if vec_out is not None and vec_out.shape[0]:
+            hidden = out.hidden_states[-1]
+            if logits_to_keep and self._lm_takes_logits_to_keep:
+                hidden = hidden[:, -logits_to_keep:]
+            if phrase_mask is not None:
+                phrase_mask = phrase_mask.to(hidden.device)
+            logits = torch.cat([logits, self.scorer(hidden, vec_out, phrase_mask).to(logits.dtype)], dim=-1)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten().to(logits.device), ignore_index=-100
+            )
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=out.past_key_values,
+            hidden_states=out.hidden_states if output_hidden_states else None,
+        )
+
+    def _default_row_mask(self, batch_size: int) -> torch.Tensor:
+        rows = self._row_masks.shape[0]
+        if batch_size % rows:
+            raise ValueError(
+                f"the phrase sets were given for {rows} rows but the batch has {batch_size}; "
+                "pass one phrase list per prompt to set_phrases"
+            )
+        return self._row_masks.repeat_interleave(batch_size // rows, dim=0)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, *args, **kwargs):
+        """``transformers`` generation over tokens and phrases; takes all the usual arguments.
+
+        Per-row phrase sets follow their rows through beam search and
+        ``num_return_sequences``. Returned ids ``>= V`` are phrases: see ``decode`` and
+        ``segments``.
+        """
+        self._cached_vectors()
+        if self._row_masks is not None and kwargs.get("phrase_mask") is None:
+            inputs = kwargs.get("input_ids", args[0] if args else None)
+            batch = inputs.shape[0] if inputs is not None else kwargs["inputs_embeds"].shape[0]
+            if batch != self._row_masks.shape[0]:
+                raise ValueError(
+                    f"set_phrases was given {self._row_masks.shape[0]} phrase lists but generate() got "
+                    f"{batch} prompts; give one list per prompt"
+                )
+            kwargs["phrase_mask"] = self._row_masks.to(self.device)
+        return super().generate(*args, **kwargs)
+
+    # ------------------------------------------------------------------ saving
+    def save_pretrained(self, save_directory, save_phrases: bool = False, **_) -> None:
+        """Write the config JSON and the phrase encoder's safetensors (and the phrases if asked).
+
+        The LM itself is not written: ``from_pretrained`` puts the encoder back on a base
+        LM the caller passes. The directory is replaced atomically.
+        """
+        from .serialization import save
+
+        save(self, save_directory, save_phrases)
+
+    @classmethod
+    def from_pretrained(cls, directory, base_model: nn.Module, tokenizer, **_) -> "DynamicVocabLM":
+        """Restore a saved model on ``base_model`` (which must match the saved tokenizer and hidden size)."""
+        from .serialization import load
+
+        return load(cls, directory, base_model, tokenizer)
+
+
+def _as_list(ids) -> list[int]:
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"expected one sequence of ids, got a tensor of shape {tuple(ids.shape)}; pass ids[row]")
+        return ids.tolist()
+    return list(ids)
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A short hash of the tokenizer's vocabulary, to catch loading onto another tokenizer."""
+    import hashlib
+    import json
+
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def _check_vocab(base: PreTrainedModel, tokenizer) -> None:
+    rows = base.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but the LM's embedding matrix has {rows} rows; "
+            "pass the LM's own tokenizer (or resize the LM's embeddings first)"
+        )

@@ -1,0 +1,171 @@
+"""The phrase encoder: any token span -> one input and one output embedding of the LM."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
+
+logger = logging.getLogger(__name__)
+
+
+def unwrap_model(model: nn.Module) -> PreTrainedModel:
+    """The transformers model inside a peft wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Index of the last attended position of each row, for left or right padding. ``(B, L) -> (B,)``."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return (attention_mask.long() * positions).argmax(dim=1)
+
+
+def _layer_subset_config(config, num_layers: int):
+    """A copy of ``config`` with only ``num_layers`` decoder layers."""
+    config = copy.deepcopy(config)
+    for name in ("num_hidden_layers", "n_layer", "num_layers"):
+        if hasattr(config, name):
+            setattr(config, name, num_layers)
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = config.layer_types[:num_layers]
+    return config
+
+
+class PhraseEncoder(nn.Module):
+    """A small causal Transformer over the LM's tokenizer that maps a phrase to two vectors.
+
+    The hidden state of the phrase's last token goes through an MLP to a vector in the
+    LM's input-embedding space and one in its output-embedding space. Because the
+    Transformer is causal, one pass over a phrase also yields the vectors of all its
+    prefixes (``encode_all_prefixes``). The encoding does not depend on any prompt.
+
+    Args:
+        body: a transformers base model (e.g. ``LlamaModel``, ``GPT2Model``) with a few layers.
+        output_size: hidden size of the LM the vectors are for.
+        head_hidden_size: width of the MLP; defaults to ``output_size``.
+        shares_embeddings: the body's token embeddings are the LM's own (not saved with the encoder).
+    """
+
+    def __init__(
+        self,
+        body: PreTrainedModel,
+        output_size: int,
+        head_hidden_size: int | None = None,
+        shares_embeddings: bool = True,
+    ) -> None:
+        super().__init__()
+        self.body = body
+        self.shares_embeddings = shares_embeddings
+        hidden = body.config.hidden_size
+        width = head_hidden_size or output_size
+        self.head = nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, 2 * output_size))
+        self.head.to(dtype=body.dtype)
+
+    @classmethod
+    def from_causal_lm(
+        cls,
+        lm: nn.Module,
+        num_layers: int = 1,
+        head_hidden_size: int | None = None,
+        encoder_model: str | PreTrainedModel | None = None,
+    ) -> "PhraseEncoder":
+        """Build the encoder from the first ``num_layers`` decoder layers of ``lm`` (copied).
+
+        The token embeddings are shared with ``lm``, not copied. With ``encoder_model``
+        the layers (and their own embeddings) come from that causal LM instead; it must
+        use the same tokenizer.
+        """
+        target = unwrap_model(lm)
+        if encoder_model is None:
+            source, shares = target, True
+        else:
+            source = encoder_model
+            if isinstance(source, str):
+                source = AutoModelForCausalLM.from_pretrained(source, dtype=target.dtype)
+            source, shares = unwrap_model(source), False
+        available = _num_layers(source.config)
+        if num_layers > available:
+            raise ValueError(f"num_layers={num_layers} but the source model has only {available} decoder layers")
+        body = AutoModel.from_config(_layer_subset_config(source.config, num_layers), dtype=source.dtype)
+        weights = {name.replace(".base_layer", ""): p for name, p in source.base_model.state_dict().items() if "lora_" not in name}
+        missing = [name for name in body.state_dict() if name not in weights]
+        if missing:
+            raise ValueError(f"cannot build the phrase encoder: weights {missing[:3]} are missing from the source model")
+        body.load_state_dict({name: weights[name] for name in body.state_dict()})
+        if shares:
+            body.set_input_embeddings(target.get_input_embeddings())
+        return cls(body.to(target.device), target.config.hidden_size, head_hidden_size, shares_embeddings=shares).to(
+            target.device
+        )
+
+    @classmethod
+    def from_config_dict(cls, body_config: dict, output_size: int, head_hidden_size: int | None, shares: bool):
+        """An encoder with random weights shaped by a saved body config (weights are loaded after)."""
+        config = AutoConfig.for_model(**body_config)
+        return cls(AutoModel.from_config(config), output_size, head_hidden_size, shares_embeddings=shares)
+
+    def encode_all_prefixes(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Vectors of every prefix: ``(B, L)`` ids -> input and output vectors ``(B, L, d)``.
+
+        Position ``t`` holds the vectors of the phrase ``input_ids[b, :t + 1]`` (its
+        non-padding part). Left or right padding both work.
+        """
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        return self.head(hidden).chunk(2, dim=-1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Phrase vectors: ``(B, L)`` ids and mask -> input and output vectors ``(B, d)``."""
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        last = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_token_index(attention_mask)]
+        return self.head(last).chunk(2, dim=-1)
+
+    def encode_ids(
+        self, phrases: Sequence[Sequence[int]], batch_size: int = 512
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode token-id phrases in length-sorted batches (little padding). Returns ``(n, d)`` twice."""
+        device = self.head[0].weight.device
+        order = sorted(range(len(phrases)), key=lambda i: len(phrases[i]))
+        size = self.head[-1].out_features // 2
+        inputs = torch.empty(len(phrases), size, dtype=self.head[0].weight.dtype, device=device)
+        outputs = torch.empty_like(inputs)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            ids, mask = pad_right([phrases[i] for i in chunk], device=device)
+            vec_in, vec_out = self(ids, mask)
+            index = torch.tensor(chunk, device=device)
+            inputs[index], outputs[index] = vec_in, vec_out
+        return inputs, outputs
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The encoder's own weights (the shared token embeddings are left out)."""
+        skip = "body." + _embedding_prefix(self.body) if self.shares_embeddings else None
+        return {k: v for k, v in self.state_dict().items() if skip is None or not k.startswith(skip)}
+
+
+def pad_right(sequences: Sequence[Sequence[int]], device=None, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists into ``(B, L)`` ids and a ``(B, L)`` attention mask."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+        mask[row, : len(seq)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _num_layers(config) -> int:
+    for name in ("num_hidden_layers", "n_layer", "num_layers"):
+        if hasattr(config, name):
+            return getattr(config, name)
+    raise ValueError(f"cannot tell how many layers a {type(config).__name__} has")
+
+
+def _embedding_prefix(body: PreTrainedModel) -> str:
+    embedding = body.get_input_embeddings()
+    return next(name for name, module in body.named_modules() if module is embedding) + "."

@@ -1,0 +1,161 @@
+"""Phrases and the table that gives each one an id past the LM's vocabulary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """A text span used as one token; ``source`` names the document it came from (for citations)."""
+
+    text: str
+    source: str | None = None
+
+
+PhraseLike = str | Phrase
+
+
+def as_phrase(item: PhraseLike) -> Phrase:
+    """A ``Phrase`` from a ``str`` or ``Phrase``; anything else raises ``TypeError``."""
+    if isinstance(item, Phrase):
+        return item
+    if isinstance(item, str):
+        return Phrase(item)
+    raise TypeError(f"a phrase must be a str or dynvocab.Phrase, got {type(item).__name__}: {item!r}")
+
+
+class PhraseTable:
+    """Ordered unique phrases with ids ``V .. V + len(table) - 1`` and their cached vectors.
+
+    Each entry keeps its text, its token ids under the LM's tokenizer and its source.
+    Phrases are validated on the way in; a duplicate text merges into the existing
+    entry (keeping the first source). Vectors are filled by the model for new
+    phrases only and dropped with their phrases.
+    """
+
+    def __init__(self, tokenizer, vocab_size: int, max_phrase_tokens: int = 8) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.max_phrase_tokens = max_phrase_tokens
+        self.phrases: list[Phrase] = []
+        self.token_ids: list[tuple[int, ...]] = []
+        self._index: dict[str, int] = {}
+        self._by_ids: dict[tuple[int, ...], int] = {}
+        self.input_vectors: torch.Tensor | None = None
+        self.output_vectors: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.phrases)
+
+    def __contains__(self, item: PhraseLike) -> bool:
+        return as_phrase(item).text in self._index
+
+    def id_of(self, item: PhraseLike) -> int:
+        """The vocabulary id of a phrase in the table."""
+        text = as_phrase(item).text
+        if text not in self._index:
+            raise KeyError(f"phrase {text!r} is not in the phrase table")
+        return self.vocab_size + self._index[text]
+
+    def index_of_ids(self, token_ids: tuple[int, ...]) -> int | None:
+        """Table index of the phrase with exactly these token ids, or None."""
+        return self._by_ids.get(token_ids)
+
+    @property
+    def num_encoded(self) -> int:
+        return 0 if self.output_vectors is None else self.output_vectors.shape[0]
+
+    def validate(self, items: Iterable[PhraseLike]) -> list[tuple[Phrase, tuple[int, ...]]]:
+        """Check and tokenize phrases without changing the table; raises ``ValueError`` naming the bad phrase."""
+        phrases = [as_phrase(item) for item in items]
+        for phrase in phrases:
+            if not phrase.text.strip():
+                raise ValueError(f"phrase {phrase.text!r} is empty or whitespace-only; drop it from the phrase list")
+        texts = [p.text for p in phrases]
+        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        checked = []
+        for phrase, ids in zip(phrases, encoded):
+            if len(ids) < 2:
+                raise ValueError(
+                    f"phrase {phrase.text!r} is a single token of the LM's vocabulary (id {ids[0] if ids else None}); "
+                    "a phrase must span at least 2 tokens"
+                )
+            if len(ids) > self.max_phrase_tokens:
+                raise ValueError(
+                    f"phrase {phrase.text!r} has {len(ids)} tokens, more than max_phrase_tokens="
+                    f"{self.max_phrase_tokens}; shorten it or raise max_phrase_tokens in the config"
+                )
+            checked.append((phrase, tuple(ids)))
+        return checked
+
+    def add(self, items: Iterable[PhraseLike]) -> list[int]:
+        """Add phrases (validated first, all or nothing). Returns the table indices that are new."""
+        return self.add_validated(self.validate(items))
+
+    def add_validated(self, checked: Iterable[tuple[Phrase, tuple[int, ...]]]) -> list[int]:
+        """Add ``(phrase, token_ids)`` pairs from ``validate``. Returns the table indices that are new."""
+        new = []
+        for phrase, ids in checked:
+            if phrase.text in self._index or ids in self._by_ids:
+                continue
+            self._index[phrase.text] = len(self.phrases)
+            self._by_ids[ids] = len(self.phrases)
+            self.phrases.append(phrase)
+            self.token_ids.append(ids)
+            new.append(len(self.phrases) - 1)
+        return new
+
+    def remove(self, items: Iterable[PhraseLike]) -> None:
+        """Remove phrases (unknown ones are ignored); later phrases move down to keep ids contiguous."""
+        drop = {self._index[t] for t in (as_phrase(i).text for i in items) if t in self._index}
+        if drop:
+            self.keep([i for i in range(len(self)) if i not in drop])
+
+    def keep(self, indices: Sequence[int]) -> None:
+        """Keep only the phrases at these table indices, in this order, with their vectors."""
+        self.phrases = [self.phrases[i] for i in indices]
+        self.token_ids = [self.token_ids[i] for i in indices]
+        self._index = {p.text: i for i, p in enumerate(self.phrases)}
+        self._by_ids = {ids: i for i, ids in enumerate(self.token_ids)}
+        if self.output_vectors is not None:
+            encoded = [i for i in indices if i < self.output_vectors.shape[0]]
+            index = torch.tensor(encoded, dtype=torch.long, device=self.output_vectors.device)
+            self.input_vectors = self.input_vectors[index]
+            self.output_vectors = self.output_vectors[index]
+
+    def clear(self) -> None:
+        self.keep([])
+        self.input_vectors = self.output_vectors = None
+
+    def append_vectors(self, inputs: torch.Tensor, outputs: torch.Tensor) -> None:
+        """Cache vectors of the next ``len(inputs)`` phrases. ``(n, d)`` each."""
+        if self.output_vectors is None:
+            self.input_vectors, self.output_vectors = inputs, outputs
+        else:
+            self.input_vectors = torch.cat([self.input_vectors, inputs])
+            self.output_vectors = torch.cat([self.output_vectors, outputs])
+
+    def save(self, path: str | Path) -> None:
+        """Write the phrases as JSON lines (text, source)."""
+        with open(path, "w", encoding="utf-8") as f:
+            for phrase in self.phrases:
+                f.write(json.dumps({"text": phrase.text, "source": phrase.source}, ensure_ascii=False) + "\n")
+
+    @staticmethod
+    def read(path: str | Path) -> list[Phrase]:
+        """Phrases from a JSON-lines file written by ``save``."""
+        phrases = []
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    record = json.loads(line)
+                    if "text" not in record:
+                        raise ValueError(f"{path}:{number} has no 'text' field; each line must be {{\"text\": ..., \"source\": ...}}")
+                    phrases.append(Phrase(record["text"], record.get("source")))
+        return phrases

@@ -1,0 +1,23 @@
+"""Phrase scoring: LM hidden states against phrase output vectors (Eq. 1 of the paper).
+
+Kept behind one small module so a large-vocabulary head (a shortlist that scores
+only a few thousand candidates) can replace the exact dot product.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class DotProductScorer(nn.Module):
+    """Exact scores ``h · e_out(p)`` for every phrase, ``-inf`` where a row may not use a phrase."""
+
+    def forward(
+        self, hidden: torch.Tensor, phrase_vectors: torch.Tensor, phrase_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``(B, T, d)`` hidden states, ``(P, d)`` vectors, optional ``(B, P)`` bool mask -> ``(B, T, P)``."""
+        scores = hidden @ phrase_vectors.to(hidden.dtype).T
+        if phrase_mask is not None:
+            scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
+        return scores

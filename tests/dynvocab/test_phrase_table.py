@@ -1,0 +1,64 @@
+import pytest
+import torch
+
+from dynvocab import DynamicVocabLM, Phrase
+
+
+@pytest.fixture
+def model(llama, tokenizer):
+    return DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (42, "must be a str or dynvocab.Phrase"),
+        ("", "empty or whitespace-only"),
+        ("   ", "empty or whitespace-only"),
+        (" the", "single token"),
+        (" one two three four five six seven eight nine", "more than max_phrase_tokens=8"),
+    ],
+)
+def test_bad_phrases_are_rejected_and_nothing_changes(model, bad, message):
+    model.set_phrases([" New York City"])
+    with pytest.raises((ValueError, TypeError), match=message):
+        model.add_phrases([" of the", bad])
+    assert [p.text for p in model.phrases] == [" New York City"]
+
+
+def test_ids_follow_the_vocabulary_and_duplicates_merge(model):
+    model.set_phrases([" New York City", Phrase(" of the", "doc-a"), Phrase(" of the", "doc-b")])
+    assert len(model.phrase_table) == 2
+    assert model.phrase_table.id_of(" New York City") == model.vocab_size
+    assert model.phrase_table.phrases[1].source == "doc-a"
+
+
+def test_only_new_phrases_are_encoded(model, monkeypatch):
+    model.set_phrases([" New York City", " of the"])
+    before = model.phrase_table.output_vectors.clone()
+    encoded = []
+    original = model.phrase_encoder.encode_ids
+    monkeypatch.setattr(model.phrase_encoder, "encode_ids", lambda ids, *a: encoded.extend(ids) or original(ids, *a))
+    model.add_phrases([" in the", " of the"])
+    assert encoded == [model.phrase_table.token_ids[2]]
+    torch.testing.assert_close(model.phrase_table.output_vectors[:2], before)
+    model.set_phrases([" in the", " New York City", " at the end"])
+    assert encoded[1:] == [model.phrase_table.token_ids[2]]
+    assert [p.text for p in model.phrases] == [" New York City", " in the", " at the end"]
+
+
+def test_remove_keeps_vectors_aligned(model):
+    model.set_phrases([" New York City", " of the", " in the"])
+    vectors = model.phrase_table.output_vectors.clone()
+    model.remove_phrases([" of the", " not there"])
+    assert [p.text for p in model.phrases] == [" New York City", " in the"]
+    torch.testing.assert_close(model.phrase_table.output_vectors, vectors[[0, 2]])
+
+
+def test_vectors_are_refreshed_when_the_encoder_changes(model):
+    model.set_phrases([" New York City"])
+    before = model.phrase_table.output_vectors.clone()
+    with torch.no_grad():
+        model.phrase_encoder.head[-1].bias.add_(1.0)
+    model(torch.tensor([[1, 2]]))
+    assert not torch.allclose(model.phrase_table.output_vectors, before)
