@@ -146,6 +146,15 @@ def fanoutqa_dev() -> list[dict]:
     return json.loads((_package_dir("fanoutqa") / "data" / "fanout-final-dev.json").read_text(encoding="utf-8"))
 
 
+#: short names the command line accepts for the offline models
+MODEL_ALIASES = {"smollm2": smollm2_dir, "minilm": minilm_dir}
+
+
+def resolve_model(name_or_path: str) -> str:
+    """An offline alias (``smollm2``, ``minilm``) -> its local folder; anything else is returned as is."""
+    return str(MODEL_ALIASES[name_or_path]()) if name_or_path in MODEL_ALIASES else name_or_path
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
     print(fetch())

@@ -29,7 +29,7 @@ class DynamicVocabConfig:
         default=None, metadata={"help": "Hidden width of the encoder's output MLP; None means the LM's hidden size."}
     )
     max_phrase_tokens: int = field(default=8, metadata={"help": "Longest phrase, in LM tokens (the paper uses 8)."})
-    encode_batch_size: int = field(default=512, metadata={"help": "Phrases encoded per forward pass when caching vectors."})
+    encode_batch_size: int = field(default=256, metadata={"help": "Phrases encoded per forward pass when caching vectors."})
     base_model_type: str | None = field(default=None, metadata={"help": "model_type of the wrapped LM."})
     base_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the wrapped LM."})
     base_vocab_size: int | None = field(default=None, metadata={"help": "Vocabulary size V of the wrapped LM."})

@@ -149,20 +149,35 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         """Encode the table's phrases: the ones without vectors, or all when the encoder changed."""
         table = self.phrase_table
         if not only_new or self._encoded_version != self._encoder_version():
-            table.input_vectors = table.output_vectors = None
+            table.forget_vectors()
         todo = table.token_ids[table.num_encoded :]
         if todo:
-            was_training = self.phrase_encoder.training
-            self.phrase_encoder.eval()
-            table.append_vectors(*self.phrase_encoder.encode_ids(todo, self.dynvocab_config.encode_batch_size))
-            self.phrase_encoder.train(was_training)
+            table.append_output_vectors(self._encode(todo)[1])
         self._encoded_version = self._encoder_version()
 
-    def _cached_vectors(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def _encode(self, token_ids: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
+        was_training = self.phrase_encoder.training
+        self.phrase_encoder.eval()
+        vectors = self.phrase_encoder.encode_ids(token_ids, self.dynvocab_config.encode_batch_size)
+        self.phrase_encoder.train(was_training)
+        return vectors
+
+    @torch.no_grad()
+    def _cached_input_vectors(self, indices: list[int]) -> torch.Tensor:
+        """Input vectors of table phrases ``indices``, encoded on first use. ``(len(indices), d)``."""
+        cache = self.phrase_table.input_vectors
+        missing = sorted({i for i in indices if i not in cache})
+        if missing:
+            vectors = self._encode([self.phrase_table.token_ids[i] for i in missing])[0]
+            cache.update(zip(missing, vectors))
+        return torch.stack([cache[i] for i in indices])
+
+    def _cached_vectors(self) -> tuple[None, torch.Tensor | None]:
+        """Output vectors of the table, refreshed if stale; input vectors come lazily (None here)."""
         table = self.phrase_table
         if len(table) and (table.num_encoded < len(table) or self._encoded_version != self._encoder_version()):
             self.refresh_phrase_vectors()
-        return table.input_vectors, table.output_vectors
+        return None, table.output_vectors
 
     # ------------------------------------------------------------------ text
     def tokenize(self, text_: str, row: int | None = None) -> list[int]:
@@ -184,13 +199,16 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         return TextStreamer(text.PhraseAwareDecoder(self.tokenizer, self.phrase_table), skip_prompt, **decode_kwargs)
 
     # ------------------------------------------------------------------ forward
-    def embed(self, input_ids: torch.Tensor, phrase_inputs: torch.Tensor | None) -> torch.Tensor:
-        """``(B, T)`` mixed ids -> ``(B, T, d)`` input embeddings (phrase ids take phrase vectors)."""
+    def embed(self, input_ids: torch.Tensor, phrase_inputs: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B, T)`` mixed ids -> ``(B, T, d)`` input embeddings (phrase ids take phrase vectors).
+
+        ``phrase_inputs`` ``(P, d)`` are the phrases' input vectors; None uses the table's.
+        """
         embeddings = self.lm.get_input_embeddings()
         is_phrase = input_ids >= self.vocab_size
         if not bool(is_phrase.any()):
             return embeddings(input_ids)
-        num_phrases = 0 if phrase_inputs is None else phrase_inputs.shape[0]
+        num_phrases = len(self.phrase_table) if phrase_inputs is None else phrase_inputs.shape[0]
         largest = int(input_ids.max())
         if largest >= self.vocab_size + num_phrases:
             raise ValueError(
@@ -198,7 +216,11 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
                 "set the phrases before using their ids"
             )
         tokens = embeddings(input_ids.masked_fill(is_phrase, 0))
-        phrase_rows = phrase_inputs[input_ids[is_phrase] - self.vocab_size].to(tokens.dtype)
+        indices = input_ids[is_phrase] - self.vocab_size
+        if phrase_inputs is None:
+            phrase_rows = self._cached_input_vectors(indices.tolist()).to(tokens.dtype)
+        else:
+            phrase_rows = phrase_inputs[indices].to(tokens.dtype)
         return tokens.masked_scatter(is_phrase.unsqueeze(-1), phrase_rows)
 
     def forward(

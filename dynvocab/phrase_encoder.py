@@ -63,6 +63,10 @@ class PhraseEncoder(nn.Module):
         hidden = body.config.hidden_size
         width = head_hidden_size or output_size
         self.head = nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, 2 * output_size))
+        # Phrases start near-neutral (tiny input and output vectors), so an untrained
+        # encoder neither swamps the LM's logits nor scrambles its context.
+        nn.init.normal_(self.head[-1].weight, std=1e-3)
+        nn.init.zeros_(self.head[-1].bias)
         self.head.to(dtype=body.dtype)
 
     @classmethod

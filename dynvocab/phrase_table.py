@@ -35,8 +35,9 @@ class PhraseTable:
 
     Each entry keeps its text, its token ids under the LM's tokenizer and its source.
     Phrases are validated on the way in; a duplicate text merges into the existing
-    entry (keeping the first source). Vectors are filled by the model for new
-    phrases only and dropped with their phrases.
+    entry (keeping the first source). Output vectors (needed to score every phrase)
+    are filled by the model for new phrases only; input vectors (needed only for
+    phrases fed back as inputs) are cached as they are first used.
     """
 
     def __init__(self, tokenizer, vocab_size: int, max_phrase_tokens: int = 8) -> None:
@@ -47,8 +48,8 @@ class PhraseTable:
         self.token_ids: list[tuple[int, ...]] = []
         self._index: dict[str, int] = {}
         self._by_ids: dict[tuple[int, ...], int] = {}
-        self.input_vectors: torch.Tensor | None = None
         self.output_vectors: torch.Tensor | None = None
+        self.input_vectors: dict[int, torch.Tensor] = {}
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -123,23 +124,21 @@ class PhraseTable:
         self.token_ids = [self.token_ids[i] for i in indices]
         self._index = {p.text: i for i, p in enumerate(self.phrases)}
         self._by_ids = {ids: i for i, ids in enumerate(self.token_ids)}
+        old_to_new = {old: new for new, old in enumerate(indices)}
+        self.input_vectors = {old_to_new[i]: v for i, v in self.input_vectors.items() if i in old_to_new}
         if self.output_vectors is not None:
             encoded = [i for i in indices if i < self.output_vectors.shape[0]]
             index = torch.tensor(encoded, dtype=torch.long, device=self.output_vectors.device)
-            self.input_vectors = self.input_vectors[index]
             self.output_vectors = self.output_vectors[index]
 
-    def clear(self) -> None:
-        self.keep([])
-        self.input_vectors = self.output_vectors = None
+    def forget_vectors(self) -> None:
+        """Drop every cached vector (the encoder changed)."""
+        self.output_vectors = None
+        self.input_vectors = {}
 
-    def append_vectors(self, inputs: torch.Tensor, outputs: torch.Tensor) -> None:
-        """Cache vectors of the next ``len(inputs)`` phrases. ``(n, d)`` each."""
-        if self.output_vectors is None:
-            self.input_vectors, self.output_vectors = inputs, outputs
-        else:
-            self.input_vectors = torch.cat([self.input_vectors, inputs])
-            self.output_vectors = torch.cat([self.output_vectors, outputs])
+    def append_output_vectors(self, outputs: torch.Tensor) -> None:
+        """Cache output vectors of the next ``len(outputs)`` phrases. ``(n, d)``."""
+        self.output_vectors = outputs if self.output_vectors is None else torch.cat([self.output_vectors, outputs])
 
     def save(self, path: str | Path) -> None:
         """Write the phrases as JSON lines (text, source)."""

@@ -29,8 +29,8 @@ def save(model, directory: str | Path, save_phrases: bool = False) -> None:
         save_file(weights, staging / ENCODER_WEIGHTS, metadata={"format": "pt"})
         if save_phrases and len(model.phrase_table):
             model.phrase_table.save(staging / PHRASES)
-            vec_in, vec_out = model._cached_vectors()
-            save_file({"input": vec_in.contiguous().cpu(), "output": vec_out.contiguous().cpu()}, staging / PHRASE_VECTORS)
+            vectors = model._cached_vectors()[1]
+            save_file({"output": vectors.contiguous().cpu()}, staging / PHRASE_VECTORS)
 
 
 def load(cls, directory: str | Path, base_model, tokenizer):
@@ -60,7 +60,7 @@ def load(cls, directory: str | Path, base_model, tokenizer):
         model.phrase_table.add(PhraseTable.read(directory / PHRASES))
         vectors = load_file(directory / PHRASE_VECTORS) if (directory / PHRASE_VECTORS).exists() else None
         if vectors is not None and vectors["output"].shape[0] == len(model.phrase_table):
-            model.phrase_table.append_vectors(vectors["input"].to(base.device), vectors["output"].to(base.device))
+            model.phrase_table.append_output_vectors(vectors["output"].to(base.device))
             model._encoded_version = model._encoder_version()
     return model
 

@@ -1,0 +1,143 @@
+"""The ``dynvocab`` command line: train, index, generate, eval, demo."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+
+logger = logging.getLogger("dynvocab")
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
+    """One ``--flag`` per dataclass field, typed and documented from the field."""
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "") + f" (default: {f.default})"
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type).split(" |")[0], str)
+            parser.add_argument(flag, type=kind, default=f.default, help=help_text)
+
+
+def dataclass_from_args(cls, args: argparse.Namespace):
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from .training.config import TrainConfig
+    from .training.trainer import Trainer
+
+    config = dataclass_from_args(TrainConfig, args)
+    final = Trainer(config).train(resume=args.resume)
+    print(json.dumps({"output_dir": config.output_dir, **final}))
+
+
+def cmd_index(args: argparse.Namespace) -> None:
+    from encoders import DenseEncoder
+    from retrieval import DocumentIndex
+
+    from .assets import resolve_model, wikipedia_leads
+
+    source = wikipedia_leads() if args.data == "wikipedia" else args.data
+    encoder = DenseEncoder(resolve_model(args.encoder))
+    index = DocumentIndex.build(source, encoder, index_type=args.index_type, text_field=args.text_field, show_progress_bar=True)
+    index.save(args.output)
+    print(f"indexed {len(index)} documents ({index.kind}) into {args.output}")
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+
+    from .demo import load_stack
+
+    model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
+    pipeline = PhrasePipeline(model, index, dataclass_from_args(PipelineConfig, args))
+    for prompt in args.prompt:
+        result = pipeline(prompt)
+        print(prompt + result.marked())
+        for number, source in enumerate(dict.fromkeys(s.source for s in result.segments if s.is_phrase and s.source), 1):
+            print(f"  ^{number} {source}")
+        print("  latency: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in result.latency.items()))
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from .demo import run_demo
+
+    run_demo(prompts=args.prompts, max_new_tokens=args.max_new_tokens, workdir=Path(args.workdir))
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from evals.protocol import EvalConfig, generate_all, save_config
+    from evals.report import score_all, write_report
+
+    config = dataclass_from_args(EvalConfig, args)
+    records, generators = generate_all(config)
+    save_config(config)
+    report = write_report(score_all(records, config, generators), config, "dynvocab " + " ".join(args.argv))
+    print(report.read_text())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from evals.protocol import EvalConfig
+    from retrieval.pipeline import PipelineConfig
+
+    from .training.config import TrainConfig
+
+    parser = argparse.ArgumentParser(prog="dynvocab", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train a phrase encoder (accelerate launch works too)")
+    add_dataclass_arguments(train, TrainConfig)
+    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    train.set_defaults(func=cmd_train)
+
+    index = commands.add_parser("index", help="encode documents and build a FAISS index")
+    index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, or 'wikipedia'")
+    index.add_argument("--output", required=True, help="directory of the saved index")
+    index.add_argument("--encoder", default="minilm", help="HF encoder name or path ('minilm' is the offline asset)")
+    index.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"])
+    index.add_argument("--text-field", default="text")
+    index.set_defaults(func=cmd_index)
+
+    generate = commands.add_parser("generate", help="retrieve, plug in phrases, generate")
+    generate.add_argument("--index", required=True, help="directory written by `dynvocab index`")
+    generate.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
+    generate.add_argument("--model", default="smollm2", help="causal LM name or path")
+    generate.add_argument("--checkpoint", default=None, help="phrase-encoder checkpoint (save_pretrained directory)")
+    generate.add_argument("--encoder", default="minilm", help="the index's document encoder")
+    add_dataclass_arguments(generate, PipelineConfig)
+    generate.set_defaults(func=cmd_generate)
+
+    evaluate = commands.add_parser("eval", help="the paper's protocol and metrics against baselines; resumable")
+    add_dataclass_arguments(evaluate, EvalConfig)
+    evaluate.set_defaults(func=cmd_eval)
+
+    demo = commands.add_parser("demo", help="the main job on the embedded default (SmolLM2, Wikipedia)")
+    demo.add_argument("--prompts", type=int, default=4, help="held-out prompts to run")
+    demo.add_argument("--max-new-tokens", type=int, default=64)
+    demo.add_argument("--workdir", default=".cache/demo", help="where the index and a trained encoder are cached")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"dynvocab {args.command}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from error
+
+
+if __name__ == "__main__":
+    main()

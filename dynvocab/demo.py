@@ -1,0 +1,148 @@
+"""The main job on the embedded default: SmolLM2-135M, Wikipedia leads, MiniLM + FAISS, a trained encoder."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .assets import resolve_model, wikipedia_leads
+from .model import DynamicVocabLM
+
+logger = logging.getLogger(__name__)
+
+#: a phrase encoder trained by `dynvocab train` (settings in its train_config.json), shipped so the demo starts at once
+SHIPPED_ENCODER = Path(__file__).resolve().parents[1] / "examples" / "checkpoints" / "smollm2-wikipedia"
+DEMO_TRAINING = dict(mode="frozen", max_steps=60, batch_size=8, max_length=64, learning_rate=1e-3, warmup_steps=10)
+
+
+def load_lm(name: str) -> tuple[torch.nn.Module, object]:
+    path = resolve_model(name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), tokenizer
+
+
+def load_dynamic_lm(name: str, checkpoint: str | Path | None) -> DynamicVocabLM:
+    """The LM with a trained phrase encoder (and the LM's LoRA adapter or weights, if they trained)."""
+    full = Path(checkpoint) / "lm_weights" if checkpoint is not None else None
+    lm, tokenizer = load_lm(str(full) if full is not None and full.exists() else name)
+    if checkpoint is None:
+        logger.warning("no phrase-encoder checkpoint given: phrases are encoded by an untrained encoder")
+        return DynamicVocabLM.from_causal_lm(lm, tokenizer).eval()
+    adapter = Path(checkpoint) / "lm_adapter"
+    if adapter.exists():
+        from peft import PeftModel
+
+        lm = PeftModel.from_pretrained(lm, adapter)
+    return DynamicVocabLM.from_pretrained(checkpoint, lm, tokenizer).eval()
+
+
+def load_stack(model: str, checkpoint: str | None, index_dir: str, encoder: str):
+    """Model and document index for ``dynvocab generate``."""
+    from encoders import DenseEncoder
+    from retrieval import DocumentIndex
+
+    return load_dynamic_lm(model, checkpoint), DocumentIndex.load(index_dir, encoder=DenseEncoder(resolve_model(encoder)))
+
+
+def trained_encoder(workdir: Path) -> Path:
+    """The shipped encoder, else one cached in ``workdir``, else train a short one now and cache it."""
+    if (SHIPPED_ENCODER / "phrase_encoder.safetensors").exists():
+        return SHIPPED_ENCODER
+    cached = workdir / "encoder" / "final"
+    if (cached / "phrase_encoder.safetensors").exists():
+        return cached
+    from .training.config import TrainConfig
+    from .training.trainer import Trainer
+
+    config = TrainConfig(output_dir=str(workdir / "encoder"), **DEMO_TRAINING)
+    print(f"No trained phrase encoder is cached: training a short one ({DEMO_TRAINING}) into {cached}.")
+    Trainer(config).train()
+    return cached
+
+
+def demo_index(workdir: Path, held_out_ids: set[str]):
+    """MiniLM + FAISS index of the training leads, built once and cached."""
+    from encoders import DenseEncoder
+    from retrieval import DocumentIndex
+
+    encoder = DenseEncoder(resolve_model("minilm"))
+    path = workdir / "wiki-index"
+    if (path / "metadata.json").exists():
+        return DocumentIndex.load(path, encoder=encoder)
+    documents = [lead for lead in wikipedia_leads() if lead["id"] not in held_out_ids]
+    print(f"Indexing {len(documents)} Wikipedia leads with MiniLM (once; cached in {path}).")
+    index = DocumentIndex.build(documents, encoder, show_progress_bar=True)
+    index.save(path)
+    return index
+
+
+def held_out_leads() -> list[dict]:
+    from .training.corpus import wikipedia_split
+
+    held_out = set(wikipedia_split()[1])
+    return [lead for lead in wikipedia_leads() if lead["text"] in held_out]
+
+
+def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".cache/demo"), prompt_tokens: int = 32) -> list:
+    """Run held-out prompts through retrieval + phrases + generation and compare with the bare LM."""
+    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+
+    torch.manual_seed(0)
+    workdir.mkdir(parents=True, exist_ok=True)
+    checkpoint = trained_encoder(workdir)
+    leads = held_out_leads()
+    index = demo_index(workdir, {lead["id"] for lead in leads})
+    model = load_dynamic_lm("smollm2", checkpoint)
+    pipeline = PhrasePipeline(model, index, PipelineConfig(max_new_tokens=max_new_tokens))
+    tokenizer = model.tokenizer
+    print(f"Phrase encoder: {checkpoint}\n")
+    results = []
+    for lead in leads[:prompts]:
+        prompt = tokenizer.decode(tokenizer(lead["text"]).input_ids[:prompt_tokens])
+        result = pipeline(prompt)
+        bare = bare_continuation(model, prompt, max_new_tokens)
+        results.append((result, bare))
+        print_result(lead["title"], result, bare)
+    summarize(results)
+    return results
+
+
+@torch.no_grad()
+def bare_continuation(model: DynamicVocabLM, prompt: str, max_new_tokens: int) -> dict:
+    """The bare LM (same weights, KV cache on) generating ``max_new_tokens`` tokens: text, seconds, steps."""
+    ids = model.tokenizer(prompt, return_tensors="pt").input_ids
+    start = time.perf_counter()
+    out = model.lm.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
+    seconds = time.perf_counter() - start
+    new = out[0, ids.shape[1] :]
+    return {"text": model.tokenizer.decode(new, skip_special_tokens=True), "seconds": seconds, "steps": int(new.shape[0])}
+
+
+def print_result(title: str, result, bare: dict) -> None:
+    print(f"=== {title}")
+    print(f"prompt: {result.prompt}")
+    print(f"dynamic ({result.steps} steps, {result.phrase_steps} phrases, [span]^n = phrase from source n):")
+    print("  " + result.marked().replace("\n", " "))
+    for number, source in enumerate(dict.fromkeys(s.source for s in result.segments if s.is_phrase and s.source), 1):
+        print(f"  ^{number} {source}")
+    print(f"bare LM ({bare['steps']} steps): {bare['text'].strip()}".replace("\n", " "))
+    stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in result.latency.items())
+    print(f"latency: {stages}; total {sum(result.latency.values()):.2f} s vs bare LM {bare['seconds']:.2f} s\n")
+
+
+def summarize(results: list) -> None:
+    steps = sum(r.steps for r, _ in results)
+    phrase_steps = sum(r.phrase_steps for r, _ in results)
+    bare_steps = sum(b["steps"] for _, b in results)
+    total = {k: sum(r.latency[k] for r, _ in results) for k in results[0][0].latency}
+    print(f"=== summary over {len(results)} prompts")
+    print(f"phrase steps: {phrase_steps}/{steps} ({100 * phrase_steps / max(steps, 1):.1f}%)")
+    print(
+        f"characters per step: dynamic {sum(len(r.text) for r, _ in results) / max(steps, 1):.2f}, "
+        f"bare LM {sum(len(b['text']) for _, b in results) / max(bare_steps, 1):.2f}"
+    )
+    print("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items()) + f"; bare LM {sum(b['seconds'] for _, b in results):.2f} s")

@@ -1,0 +1,88 @@
+"""Every training setting in one dataclass, saved as ``train_config.json`` beside each checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .negatives import SOURCES
+
+logger = logging.getLogger(__name__)
+
+PHRASE_SOURCES = ("n-words", "n-ids", "fmm")
+MODES = ("full", "lora", "frozen")
+
+
+@dataclass
+class TrainConfig:
+    """Settings of ``dynvocab train``; defaults follow the paper where it gives one."""
+
+    model: str = field(default="smollm2", metadata={"help": "Hub name or path of the causal LM; 'smollm2' is the offline asset."})
+    data: str = field(default="wikipedia", metadata={"help": "Text/JSONL file, datasets name or dir; 'wikipedia' is the offline asset."})
+    output_dir: str = field(default="runs/dynvocab", metadata={"help": "Checkpoints and logs go here."})
+    text_field: str = field(default="text", metadata={"help": "Field holding the text in JSONL files and datasets."})
+    held_out: float = field(default=0.05, metadata={"help": "Share of the offline Wikipedia leads held out from training."})
+    phrases: str = field(default="n-words", metadata={"help": f"Phrase source of the samples: one of {PHRASE_SOURCES}."})
+    negatives: str = field(
+        default="in-batch,pre-batch,prefix,self-retrieval", metadata={"help": f"Comma-separated negatives from {SOURCES}."}
+    )
+    mode: str = field(default="lora", metadata={"help": f"What trains besides the phrase encoder: one of {MODES}."})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank (paper: 8)."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (paper: 32)."})
+    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout (paper: 0.1)."})
+    encoder_layers: int = field(default=1, metadata={"help": "Decoder layers copied into the phrase encoder."})
+    max_length: int = field(default=128, metadata={"help": "Tokens per training sequence."})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per step and process."})
+    grad_accum: int = field(default=1, metadata={"help": "Gradient accumulation steps."})
+    learning_rate: float = field(default=3e-4, metadata={"help": "Peak learning rate of AdamW."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    warmup_steps: int = field(default=20, metadata={"help": "Linear warm-up steps."})
+    max_steps: int = field(default=200, metadata={"help": "Optimizer steps in all."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
+    phrase_weight: float = field(default=1.0, metadata={"help": "Weight of L_p."})
+    token_weight: float = field(default=1.0, metadata={"help": "Weight of L_t."})
+    kl_weight: float = field(default=1.0, metadata={"help": "Weight of L_kl."})
+    min_gap: int = field(default=5, metadata={"help": "Plain tokens at least between two phrases of a sample."})
+    phrase_prob: float = field(default=0.5, metadata={"help": "Chance a free position starts a phrase."})
+    num_prebatches: int = field(default=1, metadata={"help": "Previous batches whose golds are pre-batch negatives."})
+    max_negatives: int = field(default=1024, metadata={"help": "Negatives kept per batch at most."})
+    fmm_top_k: int = field(default=50000, metadata={"help": "Frequent n-grams mined for FMM samples."})
+    support_texts: int = field(default=2000, metadata={"help": "Training texts used as the support corpus (FMM, corpus-retrieval)."})
+    mixed_precision: str = field(default="auto", metadata={"help": "'no', 'bf16' or 'auto' (bf16 where the GPU has it)."})
+    log_every: int = field(default=10, metadata={"help": "Steps between loss log lines."})
+    save_every: int = field(default=100, metadata={"help": "Steps between checkpoints."})
+    seed: int = field(default=0, metadata={"help": "Seed of sampling, negatives and initialisation."})
+
+    def __post_init__(self) -> None:
+        if self.phrases not in PHRASE_SOURCES:
+            raise ValueError(f"phrases={self.phrases!r}; choose one of {PHRASE_SOURCES}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r}; choose one of {MODES}")
+        unknown = [n for n in self.negative_names if n not in SOURCES]
+        if unknown:
+            raise ValueError(f"negatives={self.negatives!r} has unknown names {unknown}; choose from {list(SOURCES)}")
+        if self.mixed_precision not in ("no", "bf16", "auto"):
+            raise ValueError(f"mixed_precision={self.mixed_precision!r}; choose 'no', 'bf16' or 'auto'")
+        for name in ("max_length", "batch_size", "grad_accum", "max_steps", "save_every", "log_every", "encoder_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if not 0.0 < self.held_out < 1.0:
+            raise ValueError(f"held_out={self.held_out} must be a fraction in (0, 1)")
+
+    @property
+    def negative_names(self) -> list[str]:
+        return [n.strip() for n in self.negatives.split(",") if n.strip()]
+
+    def save(self, directory: str | Path) -> None:
+        (Path(directory) / "train_config.json").write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "TrainConfig":
+        values = json.loads((Path(directory) / "train_config.json").read_text())
+        known = {f.name for f in dataclasses.fields(cls)}
+        if set(values) - known:
+            logger.warning("ignoring unknown training settings %s", sorted(set(values) - known))
+        return cls(**{k: v for k, v in values.items() if k in known})

@@ -1,0 +1,86 @@
+"""The training objective L = L_p + L_t + L_kl of the dynamic-vocabulary paper."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..model import DynamicVocabLM
+from ..phrase_encoder import pad_right
+from .batching import MixedBatch
+from .negatives import prefix_groups
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    phrase: float = 1.0
+    token: float = 1.0
+    kl: float = 1.0
+
+
+def encode_phrase_set(model: DynamicVocabLM, phrases: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Differentiable input and output vectors ``(P, d)`` of ``phrases``.
+
+    Phrases that are prefixes of others share one encoder pass over the longest
+    string (the causal trick): prefix and successor negatives cost no extra pass.
+    """
+    packed = prefix_groups(phrases)
+    device = model.lm.get_input_embeddings().weight.device
+    ids, mask = pad_right([longest for longest, _ in packed.groups], device=device)
+    vec_in, vec_out = model.phrase_encoder.encode_all_prefixes(ids, mask)
+    group = torch.tensor(packed.group_of, device=device)
+    last = torch.tensor(packed.length_of, device=device) - 1
+    return vec_in[group, last], vec_out[group, last]
+
+
+def next_item_loss(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean next-id cross-entropy. ``(B, T, N)`` logits, ``(B, T)`` ids and mask."""
+    targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+
+
+def aligned_kl(
+    mixed_logits: torch.Tensor, token_logits: torch.Tensor, batch: MixedBatch, vocab_size: int
+) -> torch.Tensor:
+    """KL(token view || mixed view) of next-token distributions at aligned positions.
+
+    Mixed position ``i`` is compared with token position ``sigma[i]`` (a phrase with
+    its last token), both predicting what follows; the mixed view is restricted to the
+    ``V`` token columns and renormalised. The token view is the target (no gradient).
+    Positions whose item is the last of its row have no next item and are skipped.
+    """
+    lengths = batch.mixed_mask.sum(1, keepdim=True)
+    positions = torch.arange(batch.mixed_ids.shape[1], device=lengths.device)
+    valid = positions.unsqueeze(0) < lengths - 1
+    rows = torch.arange(batch.sigma.shape[0], device=lengths.device).unsqueeze(1).expand_as(batch.sigma)
+    target = token_logits[rows[valid], batch.sigma[valid]].detach().float().log_softmax(-1)
+    predicted = mixed_logits[valid][:, :vocab_size].float().log_softmax(-1)
+    return F.kl_div(predicted, target, log_target=True, reduction="batchmean")
+
+
+def dynamic_vocab_loss(
+    model: DynamicVocabLM, batch: MixedBatch, weights: LossWeights = LossWeights(), train_lm: bool = True
+) -> dict[str, torch.Tensor]:
+    """``{"loss", "phrase", "token", "kl"}`` for one batch.
+
+    L_p is the LM loss over ``V + P`` on the mixed sequence; L_t the plain token LM
+    loss on the same text; L_kl aligns their next-token distributions. With
+    ``train_lm=False`` (a frozen LM) the token view runs without gradients and L_t is
+    reported but adds nothing to the loss.
+    """
+    vectors = encode_phrase_set(model, batch.phrases)
+    mixed = model(
+        input_ids=batch.mixed_ids, attention_mask=batch.mixed_mask, phrase_vectors=vectors, phrase_mask=batch.phrase_mask
+    ).logits
+    with torch.set_grad_enabled(train_lm and torch.is_grad_enabled()):
+        token_logits = model.lm(input_ids=batch.token_ids, attention_mask=batch.token_mask).logits
+    terms = {
+        "phrase": next_item_loss(mixed, batch.mixed_ids, batch.mixed_mask),
+        "token": next_item_loss(token_logits, batch.token_ids, batch.token_mask),
+        "kl": aligned_kl(mixed, token_logits, batch, model.vocab_size),
+    }
+    token_term = weights.token * terms["token"] if train_lm else 0.0
+    terms["loss"] = weights.phrase * terms["phrase"] + token_term + weights.kl * terms["kl"]
+    return terms

@@ -1,0 +1,207 @@
+"""The training loop on ``accelerate``: one CPU, one GPU, or many with ``accelerate launch``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import pickle
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
+
+from ..assets import resolve_model
+from ..model import DynamicVocabLM
+from .batching import MixedBatch, collate
+from .config import TrainConfig
+from .corpus import iter_texts, wikipedia_split
+from .loss import LossWeights, dynamic_vocab_loss
+from .negatives import NegativeSampler
+from .ngrams import SuccessorIndex, mine_ngrams
+from .samples import FMMSampler, NIdsSampler, NWordsSampler, build_samples
+
+logger = logging.getLogger(__name__)
+
+LM_ADAPTER = "lm_adapter"
+LM_WEIGHTS = "lm_weights"
+
+
+class TrainingModule(nn.Module):
+    """Puts the whole loss in one ``forward`` so DDP/FSDP see every parameter used."""
+
+    def __init__(self, model: DynamicVocabLM, weights: LossWeights, train_lm: bool) -> None:
+        super().__init__()
+        self.model, self.weights, self.train_lm = model, weights, train_lm
+
+    def forward(self, batch: MixedBatch) -> dict[str, torch.Tensor]:
+        return dynamic_vocab_loss(self.model, batch, self.weights, self.train_lm)
+
+
+def build_model(config: TrainConfig) -> DynamicVocabLM:
+    """The LM (LoRA-wrapped, frozen or fully trainable) with a fresh phrase encoder."""
+    path = resolve_model(config.model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if config.mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout, task_type="CAUSAL_LM")
+        lm = get_peft_model(lm, lora)
+    elif config.mode == "frozen":
+        lm.requires_grad_(False)
+    model = DynamicVocabLM.from_causal_lm(lm, tokenizer, encoder_layers=config.encoder_layers)
+    model.phrase_encoder.requires_grad_(True)
+    if config.mode != "full":
+        model.phrase_encoder.body.get_input_embeddings().requires_grad_(False)
+    return model
+
+
+def training_texts(config: TrainConfig) -> list[str] | Iterator[str]:
+    if config.data == "wikipedia":
+        return wikipedia_split(held_out=config.held_out, seed=config.seed)[0]
+    return iter_texts(config.data, text_field=config.text_field)
+
+
+def sample_stream(config: TrainConfig, tokenizer, support: list[list[int]]) -> Iterator[list]:
+    """Endless batches of mixed samples, the same for the same config (so a resume can skip ahead)."""
+    if config.phrases == "n-words":
+        sampler = NWordsSampler(min_gap=config.min_gap, phrase_prob=config.phrase_prob)
+    elif config.phrases == "n-ids":
+        sampler = NIdsSampler(min_gap=config.min_gap, phrase_prob=config.phrase_prob)
+    else:
+        frequent = mine_ngrams(support, min_n=2, max_n=8, min_count=2, top_k=config.fmm_top_k, tokenizer=tokenizer)
+        sampler = FMMSampler(set(frequent), min_gap=config.min_gap)
+    rng = random.Random(config.seed)
+
+    def epochs() -> Iterator:
+        for epoch in itertools.count():
+            texts = list(training_texts(config))
+            random.Random(config.seed + epoch).shuffle(texts)
+            yield from build_samples(texts, tokenizer, sampler, config.max_length, seed=rng)
+
+    samples = epochs()
+    while True:
+        yield [next(samples) for _ in range(config.batch_size)]
+
+
+class Trainer:
+    """Trains the phrase encoder (and the LM, by ``config.mode``) with L_p + L_t + L_kl."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+        precision = config.mixed_precision
+        if precision == "auto":
+            precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+        self.accelerator = Accelerator(gradient_accumulation_steps=config.grad_accum, mixed_precision=precision)
+        set_seed(config.seed)
+        self.model = build_model(config)
+        self.tokenizer = self.model.tokenizer
+        self.output_dir = Path(config.output_dir)
+        texts = training_texts(config)
+        support_texts = list(itertools.islice(iter(texts), config.support_texts))
+        self.support = self.tokenizer(support_texts, add_special_tokens=False)["input_ids"]
+        names = config.negative_names
+        self.negatives = NegativeSampler(
+            names,
+            successor_index=SuccessorIndex(self.support) if "corpus-retrieval" in names else None,
+            model=self.model.lm if "generation" in names else None,
+            num_prebatches=config.num_prebatches,
+            max_phrase_tokens=self.model.dynvocab_config.max_phrase_tokens,
+            max_negatives=config.max_negatives,
+            seed=config.seed,
+        )
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+        scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.max_steps)
+        module = TrainingModule(
+            self.model, LossWeights(config.phrase_weight, config.token_weight, config.kl_weight), config.mode != "frozen"
+        )
+        self.module, self.optimizer, self.scheduler = self.accelerator.prepare(module, optimizer, scheduler)
+        self.step = 0
+
+    # ------------------------------------------------------------------ loop
+    def train(self, resume: bool = False) -> dict[str, float]:
+        """Run to ``max_steps`` optimizer steps; with ``resume`` continue from the latest checkpoint."""
+        config, accelerator = self.config, self.accelerator
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        config.save(self.output_dir)
+        stream = sample_stream(config, self.tokenizer, self.support)
+        if resume:
+            self._resume(stream)
+        bar = tqdm(total=config.max_steps, initial=self.step, desc="train", disable=not accelerator.is_local_main_process)
+        log = open(self.output_dir / "log.jsonl", "a", encoding="utf-8")
+        started, last = time.perf_counter(), {}
+        self.module.train()
+        while self.step < config.max_steps:
+            for _ in range(config.grad_accum):
+                samples = next(stream)
+                batch = collate(samples, self.negatives(samples), self.model.vocab_size, self.negatives.in_batch)
+                with accelerator.accumulate(self.module):
+                    terms = self.module(batch.to(accelerator.device))
+                    accelerator.backward(terms["loss"])
+                    if accelerator.sync_gradients:
+                        accelerator.clip_grad_norm_(self.module.parameters(), config.max_grad_norm)
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self.optimizer.zero_grad()
+            self.step += 1
+            last = {k: float(v.detach()) for k, v in terms.items()}
+            last["phrases"] = len(batch.phrases)
+            bar.set_postfix({k: f"{v:.3f}" for k, v in last.items() if k != "phrases"})
+            bar.update()
+            if self.step % config.log_every == 0 or self.step == config.max_steps:
+                record = {"step": self.step, "seconds": round(time.perf_counter() - started, 2), **last}
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+            if self.step % config.save_every == 0 and self.step < config.max_steps:
+                self.save_checkpoint(self.output_dir / f"checkpoint-{self.step}")
+        bar.close()
+        log.close()
+        self.save_checkpoint(self.output_dir / f"checkpoint-{self.step}")
+        self.export(self.output_dir / "final")
+        return last
+
+    # ------------------------------------------------------------------ saving
+    def export(self, directory: Path) -> None:
+        """What inference needs: the phrase encoder, plus the LM's adapter or weights if they trained."""
+        self.accelerator.wait_for_everyone()
+        if not self.accelerator.is_main_process:
+            return
+        model = self.accelerator.unwrap_model(self.module).model
+        model.save_pretrained(directory)
+        if self.config.mode == "lora":
+            model.lm.save_pretrained(directory / LM_ADAPTER)
+        elif self.config.mode == "full":
+            model.lm.save_pretrained(directory / LM_WEIGHTS)
+            model.tokenizer.save_pretrained(directory / LM_WEIGHTS)
+        self.config.save(directory)
+
+    def save_checkpoint(self, directory: Path) -> None:
+        """Everything for an exact resume: model, optimizer, scheduler, RNG, sampler and negatives state."""
+        self.export(directory)
+        self.accelerator.save_state(directory / "state")
+        if self.accelerator.is_main_process:
+            (directory / "trainer_state.json").write_text(json.dumps({"step": self.step}))
+            with open(directory / "negatives.pkl", "wb") as f:
+                pickle.dump(self.negatives.state_dict(), f)
+
+    def _resume(self, stream: Iterator) -> None:
+        checkpoints = sorted(self.output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        if not checkpoints:
+            raise FileNotFoundError(f"no checkpoint-* in {self.output_dir} to resume from; drop --resume to start fresh")
+        latest = checkpoints[-1]
+        self.accelerator.load_state(latest / "state")
+        self.step = json.loads((latest / "trainer_state.json").read_text())["step"]
+        with open(latest / "negatives.pkl", "rb") as f:
+            self.negatives.load_state_dict(pickle.load(f))
+        for _ in range(self.step * self.config.grad_accum):
+            next(stream)
+        logger.info("resumed from %s at step %d", latest, self.step)

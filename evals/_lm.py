@@ -1,0 +1,88 @@
+"""Small helpers shared by the model-based metrics: loading, padding, position ids, eval mode."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections.abc import Iterator, Sequence
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_SIDES = ("left", "right")
+
+
+def load(model, tokenizer, auto_class_name: str):
+    """Return ``(model, tokenizer)``; a str ``model`` is loaded with ``transformers.<auto_class_name>``."""
+    import transformers
+
+    if isinstance(model, str):
+        logger.info("loading %s from %s", auto_class_name, model)
+        model = getattr(transformers, auto_class_name).from_pretrained(model)
+        if tokenizer is None:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(model.name_or_path)
+    if tokenizer is None:
+        raise ValueError("tokenizer is None: pass the tokenizer that goes with the model object")
+    return model, tokenizer
+
+
+def check_side(padding_side: str | None, tokenizer) -> str:
+    """Resolve ``padding_side`` (``None`` means the tokenizer's own)."""
+    side = padding_side if padding_side is not None else getattr(tokenizer, "padding_side", "right")
+    if side not in _SIDES:
+        raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
+    return side
+
+
+def pad_id(tokenizer) -> int:
+    """Id written into padded positions (masked out, so any valid id will do)."""
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def pad(seqs: Sequence[Sequence[int]], pad_value: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad id lists to ``(batch, max_len)`` ids and a 0/1 attention mask of the same shape."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_value, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        start = width - len(seq) if side == "left" else 0
+        ids[row, start : start + len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, start : start + len(seq)] = 1
+    return ids, mask
+
+
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """``(batch, seq)`` positions counting real tokens only, so left padding does not shift them."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def last_real_index(mask: torch.Tensor) -> torch.Tensor:
+    """``(batch,)`` index of the last non-pad token, right for left and right padding alike."""
+    positions = torch.arange(mask.shape[-1], device=mask.device).expand_as(mask)
+    return (positions * mask).argmax(-1)
+
+
+def forward(model, ids: torch.Tensor, mask: torch.Tensor, **kwargs):
+    """Run ``model`` on a padded batch, passing explicit position ids when its forward takes them."""
+    device = next(model.parameters()).device
+    inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), **kwargs}
+    if "position_ids" in inspect.signature(model.forward).parameters:
+        inputs["position_ids"] = position_ids(mask).to(device)
+    return model(**inputs)
+
+
+@contextlib.contextmanager
+def eval_mode(model) -> Iterator[None]:
+    """Put ``model`` in eval mode without gradients, then restore its training flag."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)

@@ -1,0 +1,179 @@
+"""Prompt -> top-k documents -> phrases -> dynamic-vocabulary generation, timed by stage."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from transformers import StoppingCriteriaList
+
+from dynvocab import DynamicVocabLM, Phrase, Segment
+from dynvocab.stopping import CharacterBudget
+from evals.latency import StageTimer
+
+from .index import DocumentIndex
+from .phrases import extract_phrases
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("retrieve", "extract", "encode", "decode")
+
+
+@dataclass
+class PipelineConfig:
+    """Settings of one retrieval-augmented generation request."""
+
+    top_k: int = field(default=32, metadata={"help": "Documents retrieved per prompt (the paper uses 32)."})
+    unit: str = field(default="tokens", metadata={"help": "Phrase unit: 'tokens' (2-8 LM tokens) or 'words'."})
+    min_length: int = field(default=2, metadata={"help": "Shortest phrase, in units."})
+    max_length: int = field(default=8, metadata={"help": "Longest phrase, in units."})
+    min_count: int = field(default=1, metadata={"help": "Drop phrases seen fewer times in the retrieved documents."})
+    max_phrases: int = field(default=2048, metadata={"help": "Phrases plugged in per prompt at most."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Decoding steps at most."})
+    max_chars: int | None = field(default=None, metadata={"help": "Stop once the continuation has this many characters."})
+    do_sample: bool = field(default=False, metadata={"help": "Sample instead of greedy decoding."})
+    top_p: float = field(default=0.95, metadata={"help": "Nucleus mass when sampling."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    realtime: bool = field(default=False, metadata={"help": "Add phrases during decoding instead of all up front."})
+    realtime_every: int = field(default=10, metadata={"help": "Decoding steps between two additions."})
+    realtime_fraction: float = field(default=0.05, metadata={"help": "Share of the candidates added each time."})
+    drop_unused: bool = field(default=False, metadata={"help": "Real-time mode: drop phrases unused since the last addition."})
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1 or self.max_new_tokens < 1 or self.realtime_every < 1:
+            raise ValueError("top_k, max_new_tokens and realtime_every must be >= 1")
+        if not 0.0 < self.realtime_fraction <= 1.0:
+            raise ValueError(f"realtime_fraction={self.realtime_fraction} must be in (0, 1]")
+        if self.unit not in ("tokens", "words"):
+            raise ValueError(f"unit={self.unit!r}; choose 'tokens' or 'words'")
+
+    def generation_kwargs(self) -> dict[str, Any]:
+        sampling = {"top_p": self.top_p, "temperature": self.temperature} if self.do_sample else {}
+        return {"do_sample": self.do_sample, **sampling}
+
+
+def character_budget(model: DynamicVocabLM, prompt_length: int, max_chars: int | None) -> StoppingCriteriaList:
+    return StoppingCriteriaList([CharacterBudget(model.decode, prompt_length, max_chars)] if max_chars else [])
+
+
+@dataclass
+class PipelineResult:
+    """One answered prompt: the continuation, its segments with sources, and the time of each stage."""
+
+    prompt: str
+    text: str
+    segments: list[Segment]
+    documents: list[dict]
+    num_phrases: int
+    steps: int
+    latency: dict[str, float]
+
+    @property
+    def phrase_steps(self) -> int:
+        return sum(s.is_phrase for s in self.segments)
+
+    def marked(self, open_mark: str = "[", close_mark: str = "]") -> str:
+        """The continuation with phrase spans marked and numbered by their source document."""
+        sources = list(dict.fromkeys(s.source for s in self.segments if s.is_phrase and s.source))
+        parts = [
+            f"{open_mark}{s.text}{close_mark}" + (f"^{sources.index(s.source) + 1}" if s.source in sources else "")
+            if s.is_phrase else s.text
+            for s in self.segments
+        ]
+        return "".join(parts)
+
+    def to_dict(self) -> dict:
+        result = asdict(self)
+        result["documents"] = [{k: d[k] for k in ("id", "title", "score") if k in d} for d in self.documents]
+        return result
+
+
+class PhrasePipeline:
+    """Retrieval-augmented generation with a dynamic phrase vocabulary.
+
+    Each request retrieves the top-k documents for the prompt, cuts phrases from them
+    (each remembering its document), plugs them into ``model`` and generates; every
+    stage is timed. With ``config.realtime`` phrases join during decoding.
+    """
+
+    def __init__(self, model: DynamicVocabLM, index: DocumentIndex, config: PipelineConfig | None = None) -> None:
+        self.model, self.index, self.config = model, index, config or PipelineConfig()
+
+    def candidates(self, documents: list[dict]) -> list[Phrase]:
+        """Phrases of ``documents`` that the model's phrase table accepts, best first."""
+        c = self.config
+        found = extract_phrases(
+            documents, self.model.tokenizer, unit=c.unit, min_length=c.min_length, max_length=c.max_length,
+            min_count=c.min_count,
+        )
+        lengths = self.model.tokenizer([p.text for p in found], add_special_tokens=False)["input_ids"] if found else []
+        limit = self.model.phrase_table.max_phrase_tokens
+        return [p for p, ids in zip(found, lengths) if 2 <= len(ids) <= limit][: c.max_phrases]
+
+    @torch.no_grad()
+    def __call__(self, prompt: str) -> PipelineResult:
+        timer = StageTimer()
+        with timer.stage("retrieve"):
+            documents = self.index.search_documents([prompt], k=self.config.top_k)[0]
+        with timer.stage("extract"):
+            phrases = self.candidates(documents)
+        prompt_ids = self.model.tokenizer(prompt, return_tensors="pt").input_ids.to(self.model.device)
+        if self.config.realtime:
+            ids = self._generate_realtime(prompt_ids, phrases, timer)
+        else:
+            with timer.stage("encode"):
+                self.model.set_phrases(phrases)
+            with timer.stage("decode"):
+                ids = self.model.generate(
+                    prompt_ids, max_new_tokens=self.config.max_new_tokens, **self.config.generation_kwargs(),
+                    stopping_criteria=character_budget(self.model, prompt_ids.shape[1], self.config.max_chars),
+                )
+        new = ids[0, prompt_ids.shape[1] :]
+        segments = self.model.segments(new, skip_special_tokens=True)
+        return PipelineResult(
+            prompt=prompt,
+            text="".join(s.text for s in segments),
+            segments=segments,
+            documents=documents,
+            num_phrases=len(phrases),
+            steps=int(new.shape[0]),
+            latency={stage: timer.totals().get(stage, 0.0) for stage in STAGES},
+        )
+
+    def _generate_realtime(self, prompt_ids: torch.Tensor, phrases: list[Phrase], timer: StageTimer) -> torch.Tensor:
+        """Decode ``realtime_every`` steps at a time, adding the next share of candidates before each chunk."""
+        c, model = self.config, self.model
+        chunk = max(1, round(len(phrases) * c.realtime_fraction))
+        ids, cache, added = prompt_ids, None, 0
+        with timer.stage("encode"):
+            model.set_phrases([])
+        while ids.shape[1] - prompt_ids.shape[1] < c.max_new_tokens:
+            with timer.stage("encode"):
+                if c.drop_unused and added:
+                    ids = self._drop_unused(ids, prompt_ids.shape[1])
+                model.add_phrases(phrases[added : added + chunk])
+                added += chunk
+            steps = min(c.realtime_every, c.max_new_tokens - (ids.shape[1] - prompt_ids.shape[1]))
+            with timer.stage("decode"):
+                out = model.generate(
+                    ids, past_key_values=cache, max_new_tokens=steps, return_dict_in_generate=True,
+                    stopping_criteria=character_budget(model, prompt_ids.shape[1], c.max_chars), **c.generation_kwargs(),
+                )
+            finished = out.sequences.shape[1] - ids.shape[1] < steps
+            ids, cache = out.sequences, out.past_key_values
+            if finished:
+                break
+        return ids
+
+    def _drop_unused(self, ids: torch.Tensor, prompt_length: int) -> torch.Tensor:
+        """Remove phrases not used so far and renumber the phrase ids already generated."""
+        model, vocab = self.model, self.model.vocab_size
+        used = {int(i) - vocab for i in ids[0, prompt_length:] if i >= vocab}
+        texts = [p.text for p in model.phrase_table.phrases]
+        model.remove_phrases([t for i, t in enumerate(texts) if i not in used])
+        renumber = torch.arange(vocab + len(texts), device=ids.device)
+        for old in used:
+            renumber[vocab + old] = model.phrase_table.id_of(texts[old])
+        return renumber[ids]

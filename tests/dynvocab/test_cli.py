@@ -1,0 +1,42 @@
+import json
+
+import pytest
+from transformers import BertConfig, BertModel
+
+from dynvocab.assets import wikipedia_leads
+from dynvocab.cli import main
+from tests.conftest import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, _gpt2_tokenizer):
+    root = tmp_path_factory.mktemp("cli")
+    tiny_llama(len(_gpt2_tokenizer)).save_pretrained(root / "lm")
+    _gpt2_tokenizer.save_pretrained(root / "lm")
+    BertModel(BertConfig(vocab_size=len(_gpt2_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32)).save_pretrained(root / "encoder")
+    _gpt2_tokenizer.save_pretrained(root / "encoder")
+    leads = wikipedia_leads()[:30]
+    (root / "docs.jsonl").write_text("".join(json.dumps({"id": d["id"], "text": d["text"]}) + "\n" for d in leads))
+    (root / "train.txt").write_text("\n\n".join(d["text"] for d in leads))
+    return root
+
+
+def test_index_train_generate(workspace, capsys):
+    main(["index", "--data", str(workspace / "docs.jsonl"), "--output", str(workspace / "index"), "--encoder", str(workspace / "encoder")])
+    main(["train", "--model", str(workspace / "lm"), "--data", str(workspace / "train.txt"), "--output-dir",
+          str(workspace / "run"), "--mode", "frozen", "--max-steps", "2", "--batch-size", "2", "--max-length", "32",
+          "--negatives", "in-batch,prefix"])
+    assert json.loads((workspace / "run" / "final" / "train_config.json").read_text())["max_steps"] == 2
+    main(["generate", "--index", str(workspace / "index"), "--model", str(workspace / "lm"), "--checkpoint",
+          str(workspace / "run" / "final"), "--encoder", str(workspace / "encoder"), "--prompt", "The history of",
+          "--top-k", "2", "--max-new-tokens", "6"])
+    out = capsys.readouterr().out
+    assert "indexed 30 documents" in out and "The history of" in out and "latency: retrieve" in out
+
+
+def test_bad_settings_exit_with_the_reason(workspace, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--model", str(workspace / "lm"), "--mode", "half"])
+    assert exit_info.value.code == 2
+    assert "mode='half'" in capsys.readouterr().err

@@ -1,0 +1,58 @@
+import json
+
+import pytest
+from transformers import BertConfig, BertModel
+
+from dynvocab import DynamicVocabLM
+from dynvocab.cli import main
+from dynvocab.demo import held_out_leads
+from tests.conftest import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, _gpt2_tokenizer):
+    root = tmp_path_factory.mktemp("eval")
+    lm = tiny_llama(len(_gpt2_tokenizer))
+    lm.save_pretrained(root / "lm")
+    _gpt2_tokenizer.save_pretrained(root / "lm")
+    DynamicVocabLM.from_causal_lm(lm, _gpt2_tokenizer).save_pretrained(root / "encoder-ckpt")
+    BertModel(BertConfig(vocab_size=len(_gpt2_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32)).save_pretrained(root / "doc-encoder")
+    _gpt2_tokenizer.save_pretrained(root / "doc-encoder")
+    held_out = {lead["id"] for lead in held_out_leads()}
+    from dynvocab.assets import wikipedia_leads
+
+    docs = [d for d in wikipedia_leads()[:200] if d["id"] not in held_out][:40]
+    (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    main(["index", "--data", str(root / "docs.jsonl"), "--output", str(root / "index"), "--encoder", str(root / "doc-encoder")])
+    return root
+
+
+def eval_args(root, **extra):
+    args = ["eval", "--model", str(root / "lm"), "--checkpoint", str(root / "encoder-ckpt"), "--index", str(root / "index"),
+            "--encoder", str(root / "doc-encoder"), "--systems", "bare,dynamic,dynamic-no-phrases", "--num-prompts", "12",
+            "--prefix-tokens", "8", "--continuation-tokens", "8", "--top-k-docs", "4", "--mauve-featurizer", "lm",
+            "--mauve-seeds", "2", "--output-dir", str(root / "out")]
+    return args + [item for pair in extra.items() for item in pair]
+
+
+def test_eval_writes_every_figure_and_resumes(workspace, capsys):
+    main(eval_args(workspace))
+    results = json.loads((workspace / "out" / "results.json").read_text())
+    assert set(results["results"]) == {"bare", "dynamic", "dynamic-no-phrases"}
+    bare, no_phrases = results["results"]["bare"], results["results"]["dynamic-no-phrases"]
+    assert bare["steps_per_sequence"] == 8 and bare["phrase_share"] == 0
+    assert no_phrases["phrase_share"] == 0
+    assert 0 <= results["results"]["dynamic"]["mauve"] <= 100
+    assert results["config"]["num_prompts"] == 12 and "command" in results
+    assert (workspace / "out" / "latency.png").stat().st_size > 0
+    assert "| bare |" in (workspace / "out" / "report.md").read_text()
+    lines = (workspace / "out" / "generations.jsonl").read_text().splitlines()
+    assert len(lines) == 36
+    main(eval_args(workspace))  # resumed: nothing is generated again
+    assert (workspace / "out" / "generations.jsonl").read_text().splitlines() == lines
+    records = [json.loads(line) for line in lines]
+    bare = {r["id"]: r["text"] for r in records if r["system"] == "bare"}
+    for record in records:  # with no phrases the dynamic model is the bare LM (it stops by characters instead)
+        if record["system"] == "dynamic-no-phrases":
+            assert bare[record["id"]].startswith(record["text"]) or record["text"].startswith(bare[record["id"]])

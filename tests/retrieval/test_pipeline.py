@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+
+from dynvocab import DynamicVocabLM
+from retrieval import DocumentIndex
+from retrieval.pipeline import PhrasePipeline, PipelineConfig
+
+DOCS = [
+    {"id": "nyc", "title": "New York", "text": "New York City is the most populous city in the United States. New York City lies on the Hudson River."},
+    {"id": "paris", "title": "Paris", "text": "Paris is the capital of France. The Seine river flows through Paris."},
+    {"id": "tokyo", "title": "Tokyo", "text": "Tokyo is the capital of Japan. Greater Tokyo is the largest metropolitan area."},
+]
+
+
+class WordHashEncoder:
+    """A bag-of-words encoder with exact, known nearest neighbours."""
+
+    name, dim = "word-hash", 64
+
+    def encode(self, texts, batch_size=32, show_progress_bar=None):
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().replace(".", " ").split():
+                vectors[row, sum(map(ord, word)) % self.dim] += 1.0
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def pipeline(llama, tokenizer):
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    index = DocumentIndex.build(DOCS, WordHashEncoder(), index_type="flat")
+    return PhrasePipeline(model, index, PipelineConfig(top_k=1, max_new_tokens=12))
+
+
+def test_phrases_come_from_the_retrieved_document_and_keep_their_source(pipeline):
+    result = pipeline("Which river flows through New York City?")
+    assert [d["id"] for d in result.documents] == ["nyc"]
+    assert result.num_phrases > 0
+    assert {p.source for p in pipeline.model.phrases} == {"nyc"}
+    assert " New York City" in {p.text for p in pipeline.model.phrases}
+    assert set(result.latency) == {"retrieve", "extract", "encode", "decode"}
+    assert all(seconds > 0 for seconds in result.latency.values())
+    assert result.text == pipeline.model.decode(pipeline.model.tokenize(result.text))
+
+
+def test_cited_spans_are_marked(pipeline):
+    from dynvocab.scoring import DotProductScorer
+
+    class PreferPhrases(DotProductScorer):
+        def forward(self, hidden, vectors, mask=None):
+            return super().forward(hidden, vectors, mask) + 1e4
+
+    pipeline.model.scorer = PreferPhrases()
+    result = pipeline("Which river flows through New York City?")
+    assert result.phrase_steps == result.steps
+    assert result.marked().startswith("[") and "]^1" in result.marked()
+
+
+def test_realtime_mode_adds_phrases_during_decoding(pipeline):
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=12, realtime=True, realtime_every=4, realtime_fraction=0.1)
+    result = pipeline("Which river flows through New York City?")
+    chunk = max(1, round(result.num_phrases * 0.1))
+    assert len(pipeline.model.phrases) == min(result.num_phrases, 3 * chunk)
+    assert result.steps == 12
+
+
+def test_realtime_drop_unused_keeps_generated_phrases_readable(pipeline):
+    from dynvocab.scoring import DotProductScorer
+
+    class PreferFirst(DotProductScorer):
+        def forward(self, hidden, vectors, mask=None):
+            scores = super().forward(hidden, vectors, mask)
+            scores[..., 0] += 1e4
+            return scores
+
+    pipeline.model.scorer = PreferFirst()
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=8, realtime=True, realtime_every=2, realtime_fraction=0.2, drop_unused=True)
+    result = pipeline("Which river flows through New York City?")
+    first = pipeline.candidates(result.documents)[0].text
+    assert result.text == first * 8

@@ -1,0 +1,80 @@
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dynvocab.assets import wikipedia_leads
+from dynvocab.training.config import TrainConfig
+from dynvocab.training.trainer import Trainer
+from tests.conftest import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, _gpt2_tokenizer):
+    root = tmp_path_factory.mktemp("train")
+    lm = tiny_llama(len(_gpt2_tokenizer))
+    lm.save_pretrained(root / "lm")
+    _gpt2_tokenizer.save_pretrained(root / "lm")
+    (root / "data.txt").write_text("\n\n".join(lead["text"] for lead in wikipedia_leads()[:60]))
+    return root
+
+
+def config(root, name, **overrides) -> TrainConfig:
+    settings = dict(
+        model=str(root / "lm"), data=str(root / "data.txt"), output_dir=str(root / name), max_steps=6,
+        batch_size=2, max_length=32, warmup_steps=1, learning_rate=1e-2, log_every=1, save_every=100,
+        negatives="in-batch,pre-batch,prefix,self-retrieval,corpus-retrieval", support_texts=20,
+    )
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+def losses(root, name):
+    import json
+
+    return [json.loads(line)["loss"] for line in (root / name / "log.jsonl").read_text().splitlines()]
+
+
+def test_loss_falls(setup):
+    Trainer(config(setup, "falls", mode="full", max_steps=24, data=str(setup / "data.txt"))).train()
+    values = losses(setup, "falls")
+    assert sum(values[-4:]) / 4 < sum(values[:4]) / 4 - 0.5
+
+
+def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(setup):
+    Trainer(config(setup, "straight", mode="lora")).train()
+    interrupted = Trainer(config(setup, "resumed", mode="lora"))
+    interrupted.config.max_steps = 3  # stop early: checkpoint-3 is written as an interruption would leave it
+    interrupted.train()
+    Trainer(config(setup, "resumed", mode="lora")).train(resume=True)
+    straight = load_file(setup / "straight" / "final" / "phrase_encoder.safetensors")
+    resumed = load_file(setup / "resumed" / "final" / "phrase_encoder.safetensors")
+    for name, tensor in straight.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    adapter = "lm_adapter/adapter_model.safetensors"
+    for name, tensor in load_file(setup / "straight" / "final" / adapter).items():
+        torch.testing.assert_close(load_file(setup / "resumed" / "final" / adapter)[name], tensor, msg=name)
+
+
+def test_lora_trains_the_encoder_and_adapters_but_not_the_base_weights(setup):
+    trainer = Trainer(config(setup, "lora", mode="lora", max_steps=3, negatives="in-batch,generation"))
+    model = trainer.model
+    base_before = {k: v.clone() for k, v in model.lm.named_parameters() if "lora_" not in k}
+    encoder_before = {k: v.clone() for k, v in model.phrase_encoder.named_parameters() if v.requires_grad}
+    trainer.train()
+    for name, param in model.lm.named_parameters():
+        if "lora_" not in name:
+            assert torch.equal(param, base_before[name]), name
+    changed = [k for k, v in model.phrase_encoder.named_parameters() if k in encoder_before and not torch.equal(v, encoder_before[k])]
+    assert changed
+
+
+def test_resume_without_a_checkpoint_says_so(setup):
+    with pytest.raises(FileNotFoundError, match="drop --resume"):
+        Trainer(config(setup, "empty", mode="frozen")).train(resume=True)
+
+
+@pytest.mark.parametrize("field, value, message", [("mode", "half", "mode="), ("negatives", "prefix,psychic", "psychic"),
+                                                   ("phrases", "sentences", "phrases=")])
+def test_bad_settings_are_named(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**{field: value})
