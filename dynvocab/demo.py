@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .assets import resolve_model, wikipedia_leads
+from .assets import license_texts, resolve_model, wikipedia_leads
 from .model import DynamicVocabLM
 
 logger = logging.getLogger(__name__)
@@ -64,27 +64,34 @@ def trained_encoder(workdir: Path) -> Path:
     return cached
 
 
-def demo_index(workdir: Path, held_out_ids: set[str]):
-    """MiniLM + FAISS index of the training leads, built once and cached."""
+#: the embedded corpora: name -> (documents, held-out share)
+CORPORA = {"wikipedia": (wikipedia_leads, 0.05), "licenses": (license_texts, 0.1)}
+
+
+def corpus_split(name: str) -> tuple[list[dict], list[dict]]:
+    """(indexed, held-out) documents of an embedded corpus, the same split training uses."""
+    from .training.corpus import split_documents
+
+    if name not in CORPORA:
+        raise ValueError(f"corpus {name!r} is not embedded; choose from {sorted(CORPORA)}")
+    documents, held_out = CORPORA[name]
+    return split_documents(documents(), held_out)
+
+
+def demo_index(workdir: Path, corpus: str = "wikipedia"):
+    """MiniLM + FAISS index of a corpus's training documents, built once and cached."""
     from encoders import DenseEncoder
     from retrieval import DocumentIndex
 
     encoder = DenseEncoder(resolve_model("minilm"))
-    path = workdir / "wiki-index"
+    path = workdir / f"{corpus}-index"
     if (path / "metadata.json").exists():
         return DocumentIndex.load(path, encoder=encoder)
-    documents = [lead for lead in wikipedia_leads() if lead["id"] not in held_out_ids]
-    print(f"Indexing {len(documents)} Wikipedia leads with MiniLM (once; cached in {path}).")
+    documents = corpus_split(corpus)[0]
+    print(f"Indexing {len(documents)} {corpus} documents with MiniLM (once; cached in {path}).")
     index = DocumentIndex.build(documents, encoder, show_progress_bar=True)
     index.save(path)
     return index
-
-
-def held_out_leads() -> list[dict]:
-    from .training.corpus import wikipedia_split
-
-    held_out = set(wikipedia_split()[1])
-    return [lead for lead in wikipedia_leads() if lead["text"] in held_out]
 
 
 def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".cache/demo"), prompt_tokens: int = 32) -> list:
@@ -94,8 +101,8 @@ def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".
     torch.manual_seed(0)
     workdir.mkdir(parents=True, exist_ok=True)
     checkpoint = trained_encoder(workdir)
-    leads = held_out_leads()
-    index = demo_index(workdir, {lead["id"] for lead in leads})
+    leads = corpus_split("wikipedia")[1]
+    index = demo_index(workdir)
     model = load_dynamic_lm("smollm2", checkpoint)
     pipeline = PhrasePipeline(model, index, PipelineConfig(max_new_tokens=max_new_tokens))
     tokenizer = model.tokenizer

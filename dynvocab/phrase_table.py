@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Phrase:
     """A text span used as one token; ``source`` names the document it came from (for citations)."""
 

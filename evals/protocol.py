@@ -28,9 +28,10 @@ SYSTEMS = ("bare", "dynamic", "dynamic-untrained", "dynamic-no-phrases")
 class EvalConfig:
     """Settings of ``dynvocab eval``; every one is recorded in the results."""
 
+    data: str = field(default="wikipedia", metadata={"help": "Embedded corpus of the held-out prompts: 'wikipedia' or 'licenses'."})
     model: str = field(default="smollm2", metadata={"help": "Causal LM name or path ('smollm2' is the offline asset)."})
     checkpoint: str | None = field(default=None, metadata={"help": "Trained phrase encoder; default: the shipped one."})
-    index: str | None = field(default=None, metadata={"help": "Document index dir; default: the demo's Wikipedia index."})
+    index: str | None = field(default=None, metadata={"help": "Document index dir; default: an index of --data's training part."})
     encoder: str = field(default="minilm", metadata={"help": "The index's document encoder (name or path)."})
     systems: str = field(default="bare,dynamic", metadata={"help": f"Comma-separated systems from {SYSTEMS}."})
     num_prompts: int = field(default=200, metadata={"help": "Held-out documents used as prompts."})
@@ -49,6 +50,8 @@ class EvalConfig:
         unknown = [s for s in self.system_names if s not in SYSTEMS]
         if unknown:
             raise ValueError(f"systems={self.systems!r} has unknown names {unknown}; choose from {list(SYSTEMS)}")
+        if self.data not in ("wikipedia", "licenses"):
+            raise ValueError(f"data={self.data!r}; choose 'wikipedia' or 'licenses'")
         if self.decoding not in ("greedy", "nucleus"):
             raise ValueError(f"decoding={self.decoding!r}; choose 'greedy' or 'nucleus'")
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):
@@ -62,11 +65,11 @@ class EvalConfig:
 
 
 def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
-    """``{"id", "prompt", "reference"}`` from held-out Wikipedia leads long enough for both parts."""
-    from dynvocab.demo import held_out_leads
+    """``{"id", "prompt", "reference"}`` from held-out documents long enough for both parts."""
+    from dynvocab.demo import corpus_split
 
     prompts = []
-    for lead in held_out_leads():
+    for lead in corpus_split(config.data)[1]:
         ids = tokenizer(lead["text"], add_special_tokens=False).input_ids
         if len(ids) >= config.prefix_tokens + config.continuation_tokens:
             prompt = tokenizer.decode(ids[: config.prefix_tokens])
@@ -84,14 +87,13 @@ class Generators:
 
     def __init__(self, config: EvalConfig) -> None:
         from dynvocab import DynamicVocabLM
-        from dynvocab.demo import SHIPPED_ENCODER, demo_index, held_out_leads, load_dynamic_lm, load_lm
+        from dynvocab.demo import SHIPPED_ENCODER, load_dynamic_lm, load_lm
 
         self.config = config
         self.lm, self.tokenizer = load_lm(config.model)
         self.trained = load_dynamic_lm(config.model, config.checkpoint or SHIPPED_ENCODER)
         self.untrained = DynamicVocabLM.from_causal_lm(self.lm, self.tokenizer).eval()
         self._index = None
-        self._index_args = (config.index, demo_index, {lead["id"] for lead in held_out_leads()})
 
     @property
     def index(self):
@@ -100,11 +102,12 @@ class Generators:
             from retrieval import DocumentIndex
 
             from dynvocab.assets import resolve_model
+            from dynvocab.demo import demo_index
 
-            path, build, held_out = self._index_args
+            path = self.config.index
             self._index = (
                 DocumentIndex.load(path, encoder=DenseEncoder(resolve_model(self.config.encoder)))
-                if path else build(Path(".cache/demo"), held_out)
+                if path else demo_index(Path(".cache/demo"), self.config.data)
             )
         return self._index
 

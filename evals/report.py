@@ -112,9 +112,9 @@ def write_report(results: dict, config, command: str) -> Path:
     text = (
         f"# Evaluation: {config.model}, {config.decoding} decoding\n\n"
         f"Command: `{command}`\n\n"
-        f"{config.num_prompts} held-out Wikipedia leads, prefix {config.prefix_tokens} tokens, continuation "
+        f"{config.num_prompts} held-out {config.data} documents, prefix {config.prefix_tokens} tokens, continuation "
         f"{config.continuation_tokens} tokens (dynamic systems: the reference's character budget), phrases from the "
-        f"top-{config.top_k_docs} retrieved training leads. MAUVE ×100 against the references with the "
+        f"top-{config.top_k_docs} documents retrieved from `{config.index or config.data}`. MAUVE ×100 against the references with the "
         f"{config.mauve_featurizer} featurizer, scaling 2.0, mean ± std over {config.mauve_seeds} seeds; Diversity ×100; "
         f"PPL of the generated text under the bare LM; latency is end to end (retrieval and phrase encoding "
         f"included), median per prompt, bare LM with its KV cache.\n\n"

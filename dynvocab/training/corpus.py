@@ -188,22 +188,27 @@ def _iter_strings(source: Iterable) -> Iterator[str]:
         yield text
 
 
-def wikipedia_split(held_out: float = 0.05, seed: int = 0) -> tuple[list[str], list[str]]:
-    """Split the offline Wikipedia leads (``dynvocab.assets.wikipedia_leads``) into (train, held-out) texts.
+def split_documents(documents: list[dict], held_out: float = 0.05, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Split documents into (train, held-out), deterministically.
 
-    Articles are shuffled with ``random.Random(seed)``; the first ``round(held_out * n)``
-    (at least one) are held out. Both lists keep the assets' article order, so the split
-    is the same on every machine.
+    Documents are shuffled with ``random.Random(seed)``; the first ``round(held_out * n)``
+    (at least one) are held out. Both lists keep the input order, so the split is the
+    same on every machine.
     """
     if not 0.0 < held_out < 1.0:
         raise ValueError(f"held_out={held_out} must be a fraction in (0, 1); pass e.g. 0.05")
+    order = list(range(len(documents)))
+    random.Random(seed).shuffle(order)
+    chosen = set(order[: max(1, round(held_out * len(documents)))])
+    train = [doc for i, doc in enumerate(documents) if i not in chosen]
+    heldout = [doc for i, doc in enumerate(documents) if i in chosen]
+    logger.info("split: %d train and %d held-out documents", len(train), len(heldout))
+    return train, heldout
+
+
+def wikipedia_split(held_out: float = 0.05, seed: int = 0) -> tuple[list[str], list[str]]:
+    """(train, held-out) texts of the offline Wikipedia leads (``dynvocab.assets.wikipedia_leads``)."""
     from dynvocab.assets import wikipedia_leads
 
-    texts = [lead["text"] for lead in wikipedia_leads()]
-    order = list(range(len(texts)))
-    random.Random(seed).shuffle(order)
-    chosen = set(order[: max(1, round(held_out * len(texts)))])
-    train = [text for i, text in enumerate(texts) if i not in chosen]
-    heldout = [text for i, text in enumerate(texts) if i in chosen]
-    logger.info("wikipedia_split: %d train and %d held-out articles", len(train), len(heldout))
-    return train, heldout
+    train, heldout = split_documents(wikipedia_leads(), held_out, seed)
+    return [d["text"] for d in train], [d["text"] for d in heldout]

@@ -5,7 +5,7 @@ from transformers import BertConfig, BertModel
 
 from dynvocab import DynamicVocabLM
 from dynvocab.cli import main
-from dynvocab.demo import held_out_leads
+from dynvocab.demo import corpus_split
 from tests.conftest import tiny_llama
 
 
@@ -19,10 +19,7 @@ def workspace(tmp_path_factory, _gpt2_tokenizer):
     BertModel(BertConfig(vocab_size=len(_gpt2_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=32)).save_pretrained(root / "doc-encoder")
     _gpt2_tokenizer.save_pretrained(root / "doc-encoder")
-    held_out = {lead["id"] for lead in held_out_leads()}
-    from dynvocab.assets import wikipedia_leads
-
-    docs = [d for d in wikipedia_leads()[:200] if d["id"] not in held_out][:40]
+    docs = corpus_split("wikipedia")[0][:40]
     (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     main(["index", "--data", str(root / "docs.jsonl"), "--output", str(root / "index"), "--encoder", str(root / "doc-encoder")])
     return root

@@ -1,0 +1,200 @@
+"""Index folders on disk: ``index.faiss`` plus ``metadata.json``, written atomically, read with checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+INDEX_FILE = "index.faiss"
+METADATA_FILE = "metadata.json"
+FORMAT = "dynvocab.DocumentIndex"
+FORMAT_VERSION = 1
+#: Encoded once at build and again at load: the same encoder gives (nearly) the same vector.
+PROBE_TEXT = "dynvocab encoder fingerprint: the quick brown fox jumps over the lazy dog."
+PROBE_MIN_COSINE = 0.99
+
+
+def encoder_record(encoder: Any) -> dict[str, Any]:
+    """What the metadata records about an encoder: name, dim, pooling, normalisation and a probe vector."""
+    probe = np.asarray(encoder.encode([PROBE_TEXT], show_progress_bar=False), dtype=np.float32)[0]
+    config = getattr(encoder, "config", None)
+    return {
+        "name": encoder.name,
+        "dim": int(encoder.dim),
+        "pooling": getattr(encoder, "pooling", None),
+        "normalize": getattr(encoder, "normalize", None),
+        "max_length": getattr(config, "max_length", None),
+        "amp_dtype": getattr(config, "amp_dtype", None),
+        "probe": [round(float(x), 6) for x in probe],
+    }
+
+
+def write_index_dir(target: Path, index: faiss.Index, metadata: dict[str, Any]) -> Path:
+    """Write to a temporary sibling folder, then swap it in: a failed save leaves ``target`` as it was."""
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"cannot save an index to {str(target)!r}: it is a file; pass a folder path")
+    if target.is_dir() and any(target.iterdir()) and not (target / METADATA_FILE).exists():
+        raise ValueError(
+            f"refusing to overwrite {str(target)!r}: it is a non-empty folder that holds no saved index; "
+            "pass a new or empty folder"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    try:
+        index_path = staging / INDEX_FILE
+        faiss.write_index(index, str(index_path))
+        record = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "faiss_version": faiss.__version__,
+            "index_file": INDEX_FILE,
+            "index_bytes": index_path.stat().st_size,
+            "index_sha256": _sha256(index_path),
+            **metadata,
+        }
+        with open(staging / METADATA_FILE, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, ensure_ascii=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _swap_in(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("saved the index to %s", target)
+    return target
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    if not target.exists():
+        os.replace(staging, target)
+        return
+    old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+    os.replace(target, old)
+    try:
+        os.replace(staging, target)
+    except BaseException:
+        os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_index_dir(directory: Path, encoder: Any = None) -> tuple[faiss.Index, dict[str, Any]]:
+    """Read and check a saved index folder; returns the CPU faiss index and the metadata."""
+    metadata = _read_metadata(directory)
+    index = _read_faiss(directory, metadata)
+    check_encoder(metadata, encoder, directory)
+    return index, metadata
+
+
+def _read_metadata(directory: Path) -> dict[str, Any]:
+    path = directory / METADATA_FILE
+    if not path.is_file():
+        raise ValueError(
+            f"no saved index at {str(directory)!r} ({METADATA_FILE} is missing); "
+            "build one with DocumentIndex.build(...) and .save(path)"
+        )
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(
+            f"{path} is truncated or corrupted ({error}); rebuild the index and save it again"
+        ) from error
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+        raise ValueError(f"{path} was not written by DocumentIndex.save; load a folder that DocumentIndex.save wrote")
+    if metadata.get("format_version", 0) > FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has format version {metadata['format_version']}, newer than this library reads "
+            f"({FORMAT_VERSION}); upgrade dynvocab"
+        )
+    return metadata
+
+
+def _read_faiss(directory: Path, metadata: dict[str, Any]) -> faiss.Index:
+    path = directory / metadata["index_file"]
+    fix = "rebuild the index and save it again (or restore the folder from a backup)"
+    if not path.is_file():
+        raise ValueError(f"{path} is missing; {fix}")
+    size = path.stat().st_size
+    if size != metadata["index_bytes"]:
+        raise ValueError(f"{path} is truncated or altered: {size} bytes, {metadata['index_bytes']} expected; {fix}")
+    if _sha256(path) != metadata["index_sha256"]:
+        raise ValueError(f"{path} is corrupted: its sha256 does not match {METADATA_FILE}; {fix}")
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as error:
+        raise ValueError(f"faiss {faiss.__version__} cannot read {path} ({error}); {fix}") from error
+    expected = (metadata["dimension"], metadata["num_documents"], len(metadata["documents"]["ids"]))
+    if (index.d, index.ntotal, index.ntotal) != expected:
+        raise ValueError(
+            f"{path} holds {index.ntotal} vectors of dimension {index.d}, but {METADATA_FILE} lists "
+            f"{expected[2]} documents of dimension {expected[0]}; {fix}"
+        )
+    return index
+
+
+def check_encoder(metadata: dict[str, Any], encoder: Any, directory: Path) -> None:
+    """Raise ``ValueError`` when ``encoder`` is not the one that built the index."""
+    if encoder is None:
+        return
+    saved = metadata.get("encoder")
+    if encoder.dim != metadata["dimension"]:
+        built_by = f"encoder {saved['name']!r}" if saved else "precomputed vectors"
+        raise ValueError(
+            f"the index at {str(directory)!r} holds {metadata['dimension']}-dim vectors from {built_by}, but "
+            f"encoder {encoder.name!r} gives {encoder.dim}-dim vectors; load it with the encoder that built it "
+            "or rebuild the index with this encoder"
+        )
+    if saved is None:
+        logger.warning("the index at %s was built from precomputed vectors; cannot check encoder %r", directory,
+                       encoder.name)
+        return
+    fix = f"load it with DenseEncoder({saved['name']!r}, ...) as built, or rebuild the index with this encoder"
+    for setting in ("pooling", "normalize"):
+        ours = getattr(encoder, setting, None)
+        if saved.get(setting) is not None and ours is not None and ours != saved[setting]:
+            raise ValueError(
+                f"the index at {str(directory)!r} was built with {setting}={saved[setting]!r}, but the encoder "
+                f"passed uses {setting}={ours!r}; {fix}"
+            )
+    same_name = encoder.name == saved["name"]
+    if saved.get("probe") is None:
+        if not same_name:
+            raise ValueError(f"the index at {str(directory)!r} was built by encoder {saved['name']!r}, "
+                             f"not {encoder.name!r}; {fix}")
+        return
+    cosine = _probe_cosine(encoder, np.asarray(saved["probe"], dtype=np.float32))
+    if cosine < PROBE_MIN_COSINE:
+        what = "a different encoder" if not same_name else "an encoder of the same name with different weights"
+        raise ValueError(
+            f"the index at {str(directory)!r} was built by encoder {saved['name']!r}; {encoder.name!r} is {what} "
+            f"(its vectors differ: cosine {cosine:.3f} on a probe text); {fix}"
+        )
+    if not same_name:
+        logger.warning("encoder %r gives the same vectors as %r, which built the index; accepting it",
+                       encoder.name, saved["name"])
+
+
+def _probe_cosine(encoder: Any, saved: np.ndarray) -> float:
+    probe = np.asarray(encoder.encode([PROBE_TEXT], show_progress_bar=False), dtype=np.float32)[0]
+    denominator = float(np.linalg.norm(probe) * np.linalg.norm(saved)) or 1.0
+    return float(probe @ saved) / denominator
