@@ -43,10 +43,11 @@ def cmd_index(args: argparse.Namespace) -> None:
     from encoders import DenseEncoder
     from retrieval import DocumentIndex
 
-    from .assets import resolve_model, wikipedia_leads
+    from .assets import resolve_model
+    from .demo import CORPORA, document_encoder
 
-    source = wikipedia_leads() if args.data == "wikipedia" else args.data
-    encoder = DenseEncoder(resolve_model(args.encoder))
+    source = CORPORA[args.data][0]() if args.data in CORPORA else args.data
+    encoder = document_encoder() if args.encoder == "minilm" else DenseEncoder(resolve_model(args.encoder))
     index = DocumentIndex.build(source, encoder, index_type=args.index_type, text_field=args.text_field, show_progress_bar=True)
     index.save(args.output)
     print(f"indexed {len(index)} documents ({index.kind}) into {args.output}")
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
 
     index = commands.add_parser("index", help="encode documents and build a FAISS index")
-    index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, or 'wikipedia'")
+    index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, 'wikipedia' or 'licenses'")
     index.add_argument("--output", required=True, help="directory of the saved index")
     index.add_argument("--encoder", default="minilm", help="HF encoder name or path ('minilm' is the offline asset)")
     index.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"])
@@ -111,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--index", required=True, help="directory written by `dynvocab index`")
     generate.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
     generate.add_argument("--model", default="smollm2", help="causal LM name or path")
-    generate.add_argument("--checkpoint", default=None, help="phrase-encoder checkpoint (save_pretrained directory)")
+    generate.add_argument("--checkpoint", default=None, help="phrase-encoder checkpoint (save_pretrained directory); default: the shipped SmolLM2 one")
     generate.add_argument("--encoder", default="minilm", help="the index's document encoder")
     add_dataclass_arguments(generate, PipelineConfig)
     generate.set_defaults(func=cmd_generate)

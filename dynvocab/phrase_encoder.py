@@ -24,6 +24,11 @@ def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long() * positions).argmax(dim=1)
 
 
+def first_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Index of the first attended position of each row. ``(B, L) -> (B,)``."""
+    return attention_mask.long().argmax(dim=1)
+
+
 def _layer_subset_config(config, num_layers: int):
     """A copy of ``config`` with only ``num_layers`` decoder layers."""
     config = copy.deepcopy(config)
@@ -39,7 +44,11 @@ class PhraseEncoder(nn.Module):
     """A small causal Transformer over the LM's tokenizer that maps a phrase to two vectors.
 
     The hidden state of the phrase's last token goes through an MLP to a vector in the
-    LM's input-embedding space and one in its output-embedding space. Because the
+    LM's input-embedding space and one in its output-embedding space. Both are anchored
+    on the LM's own embeddings: the output vector is ``W_out[first token] + Δ_out`` and
+    the input vector ``W_in[last token] + Δ_in``, with the MLP's Δ starting near zero, so
+    an untrained phrase scores like its first token and reads like its last one, and
+    training learns when the whole phrase is the likelier continuation. Because the
     Transformer is causal, one pass over a phrase also yields the vectors of all its
     prefixes (``encode_all_prefixes``). The encoding does not depend on any prompt.
 
@@ -63,11 +72,24 @@ class PhraseEncoder(nn.Module):
         hidden = body.config.hidden_size
         width = head_hidden_size or output_size
         self.head = nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, 2 * output_size))
-        # Phrases start near-neutral (tiny input and output vectors), so an untrained
-        # encoder neither swamps the LM's logits nor scrambles its context.
-        nn.init.normal_(self.head[-1].weight, std=1e-3)
+        nn.init.normal_(self.head[-1].weight, std=1e-3)  # Δ starts near zero: phrases start at their anchors
         nn.init.zeros_(self.head[-1].bias)
         self.head.to(dtype=body.dtype)
+        self.__dict__["anchors"] = None  # the LM's (input, output) embeddings: borrowed, not registered or saved
+
+    def attach(self, lm: nn.Module) -> "PhraseEncoder":
+        """Anchor the vectors on ``lm``'s input and output embeddings (references, never copies)."""
+        target = unwrap_model(lm)
+        self.__dict__["anchors"] = (target.get_input_embeddings(), target.get_output_embeddings())
+        return self
+
+    def _anchored(self, deltas: torch.Tensor, first: torch.Tensor, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``Δ`` ``(..., 2d)`` plus the anchors of the first and last token ids ``(...)`` -> input, output vectors."""
+        if self.anchors is None:
+            raise RuntimeError("the phrase encoder is not attached to an LM; call encoder.attach(lm) first")
+        embed_in, embed_out = self.anchors
+        delta_in, delta_out = deltas.chunk(2, dim=-1)
+        return embed_in(last) + delta_in, embed_out.weight[first] + delta_out
 
     @classmethod
     def from_causal_lm(
@@ -102,9 +124,8 @@ class PhraseEncoder(nn.Module):
         body.load_state_dict({name: weights[name] for name in body.state_dict()})
         if shares:
             body.set_input_embeddings(target.get_input_embeddings())
-        return cls(body.to(target.device), target.config.hidden_size, head_hidden_size, shares_embeddings=shares).to(
-            target.device
-        )
+        encoder = cls(body.to(target.device), target.config.hidden_size, head_hidden_size, shares_embeddings=shares)
+        return encoder.to(target.device).attach(target)
 
     @classmethod
     def from_config_dict(cls, body_config: dict, output_size: int, head_hidden_size: int | None, shares: bool):
@@ -120,14 +141,17 @@ class PhraseEncoder(nn.Module):
         """
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
-        return self.head(hidden).chunk(2, dim=-1)
+        first = input_ids.gather(1, first_token_index(attention_mask).unsqueeze(1)).expand_as(input_ids)
+        return self._anchored(self.head(hidden), first, input_ids)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Phrase vectors: ``(B, L)`` ids and mask -> input and output vectors ``(B, d)``."""
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
-        last = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_token_index(attention_mask)]
-        return self.head(last).chunk(2, dim=-1)
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        last = last_token_index(attention_mask)
+        first = input_ids[rows, first_token_index(attention_mask)]
+        return self._anchored(self.head(hidden[rows, last]), first, input_ids[rows, last])
 
     def encode_ids(
         self, phrases: Sequence[Sequence[int]], batch_size: int = 512

@@ -54,7 +54,7 @@ def load(cls, directory: str | Path, base_model, tokenizer):
         raise ValueError(f"{directory / ENCODER_WEIGHTS} does not match its config: {result}")
     if body["shares_embeddings"]:
         encoder.body.set_input_embeddings(base.get_input_embeddings())
-    encoder.to(device=base.device, dtype=base.dtype)
+    encoder.to(device=base.device, dtype=base.dtype).attach(base)
     model = cls(base_model, tokenizer, encoder, config)
     if (directory / PHRASES).exists():
         model.phrase_table.add(PhraseTable.read(directory / PHRASES))

@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM
-from dynvocab.assets import smollm2_dir, wikipedia_leads
+from dynvocab.assets import resolve_model, wikipedia_leads
 from dynvocab.stopping import CharacterBudget
 from retrieval import extract_phrases
 
@@ -53,6 +53,8 @@ def token_lengths_ok(phrases, tokenizer, limit: int = 8):
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2", help="causal LM name or path ('smollm2' is the offline asset)")
+    parser.add_argument("--leads", type=int, default=4000, help="Wikipedia leads the phrase pool is cut from")
     parser.add_argument("--sizes", default="1000,10000,100000", help="phrase-table sizes for (b)")
     parser.add_argument("--steps", type=int, default=32, help="decoding steps timed for (b)")
     parser.add_argument("--repeats", type=int, default=3)
@@ -63,18 +65,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tiny", action="store_true", help="small sizes for a smoke run")
     args = parser.parse_args(argv)
     if args.tiny:
-        args.sizes, args.steps, args.repeats, args.chars, args.encode = "100,1000", 4, 1, 40, 500
+        args.sizes, args.steps, args.repeats, args.chars, args.encode, args.leads = "100,1000", 4, 1, 40, 500, 300
     torch.set_num_threads(args.threads)
     sizes = [int(s) for s in args.sizes.split(",")]
 
-    path = smollm2_dir()
+    path = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     model = DynamicVocabLM.from_causal_lm(lm, tokenizer, encoder_layers=args.encoder_layers).eval()
     leads = wikipedia_leads()
     start = time.perf_counter()
-    pool = token_lengths_ok(extract_phrases(leads[:4000], tokenizer, max_phrases=int(max(sizes) * 1.2)), tokenizer)
-    print(f"phrase pool: {len(pool)} phrases from 4000 leads in {time.perf_counter() - start:.1f} s")
+    pool = token_lengths_ok(extract_phrases(leads[: args.leads], tokenizer, max_phrases=int(max(sizes) * 1.2)), tokenizer)
+    print(f"phrase pool: {len(pool)} phrases from {args.leads} leads in {time.perf_counter() - start:.1f} s")
     results: dict = {}
 
     # (c) encoding throughput, 2-8-token phrases

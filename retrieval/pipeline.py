@@ -104,9 +104,9 @@ class PhrasePipeline:
     def candidates(self, documents: list[dict]) -> list[Phrase]:
         """Phrases of ``documents`` that the model's phrase table accepts, best first."""
         c = self.config
-        found = extract_phrases(
+        found = extract_phrases(  # a few spares: a phrase whose text re-tokenizes too long is dropped below
             documents, self.model.tokenizer, unit=c.unit, min_length=c.min_length, max_length=c.max_length,
-            min_count=c.min_count,
+            min_count=c.min_count, max_phrases=c.max_phrases + c.max_phrases // 8 + 8,
         )
         lengths = self.model.tokenizer([p.text for p in found], add_special_tokens=False)["input_ids"] if found else []
         limit = self.model.phrase_table.max_phrase_tokens

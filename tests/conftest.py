@@ -66,3 +66,25 @@ def base_model(request, _base_models):
 @pytest.fixture
 def llama(_base_models):
     return copy.deepcopy(_base_models["llama"])
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory, _gpt2_tokenizer):
+    """A tiny random Llama saved with the GPT-2 tokenizer, for code that loads models by path."""
+    path = tmp_path_factory.mktemp("tiny-lm")
+    tiny_llama(len(_gpt2_tokenizer)).save_pretrained(path)
+    _gpt2_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory, _gpt2_tokenizer):
+    """A tiny random BERT document encoder saved with the GPT-2 tokenizer."""
+    from transformers import BertConfig, BertModel
+
+    path = tmp_path_factory.mktemp("tiny-encoder")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(_gpt2_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    BertModel(config).save_pretrained(path)
+    _gpt2_tokenizer.save_pretrained(path)
+    return path

@@ -83,8 +83,9 @@ def sample_stream(config: TrainConfig, tokenizer, support: list[list[int]]) -> I
 
     def epochs() -> Iterator:
         for epoch in itertools.count():
-            texts = list(training_texts(config))
-            random.Random(config.seed + epoch).shuffle(texts)
+            texts = training_texts(config)
+            if isinstance(texts, list):  # in memory: shuffle each epoch; a file or dataset streams in order
+                texts = random.Random(config.seed + epoch).sample(texts, len(texts))
             yield from build_samples(texts, tokenizer, sampler, config.max_length, seed=rng)
 
     samples = epochs()

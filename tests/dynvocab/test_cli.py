@@ -1,21 +1,15 @@
 import json
 
 import pytest
-from transformers import BertConfig, BertModel
-
 from dynvocab.assets import wikipedia_leads
 from dynvocab.cli import main
-from tests.conftest import tiny_llama
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, _gpt2_tokenizer):
+def workspace(tmp_path_factory, tiny_lm_dir, tiny_encoder_dir):
     root = tmp_path_factory.mktemp("cli")
-    tiny_llama(len(_gpt2_tokenizer)).save_pretrained(root / "lm")
-    _gpt2_tokenizer.save_pretrained(root / "lm")
-    BertModel(BertConfig(vocab_size=len(_gpt2_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32)).save_pretrained(root / "encoder")
-    _gpt2_tokenizer.save_pretrained(root / "encoder")
+    (root / "lm").symlink_to(tiny_lm_dir)
+    (root / "encoder").symlink_to(tiny_encoder_dir)
     leads = wikipedia_leads()[:30]
     (root / "docs.jsonl").write_text("".join(json.dumps({"id": d["id"], "text": d["text"]}) + "\n" for d in leads))
     (root / "train.txt").write_text("\n\n".join(d["text"] for d in leads))

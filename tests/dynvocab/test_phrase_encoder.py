@@ -44,3 +44,17 @@ def test_encoder_from_another_causal_lm(llama, tokenizer):
     assert torch.equal(model.phrase_encoder.body.embed_tokens.weight, other.model.embed_tokens.weight)
     model.set_phrases([" New York City"])
     assert model.phrase_table.output_vectors.shape == (1, llama.config.hidden_size)
+
+
+def test_vectors_are_anchored_on_the_lm_embeddings(base_model, tokenizer):
+    model = DynamicVocabLM.from_causal_lm(base_model, tokenizer).eval()
+    torch.nn.init.zeros_(model.phrase_encoder.head[-1].weight)
+    model.set_phrases([" New York City"])
+    ids = model.phrase_table.token_ids[0]
+    out_embeddings = base_model.get_output_embeddings().weight
+    torch.testing.assert_close(model.phrase_table.output_vectors[0], out_embeddings[ids[0]])
+    torch.testing.assert_close(model._cached_input_vectors([0])[0], base_model.get_input_embeddings().weight[ids[-1]])
+    prompt = torch.tensor([tokenizer(" He lives in").input_ids])
+    with torch.no_grad():
+        logits = model(prompt).logits[0, -1]
+    torch.testing.assert_close(logits[model.vocab_size], logits[ids[0]])

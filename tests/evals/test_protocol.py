@@ -1,24 +1,20 @@
 import json
 
 import pytest
-from transformers import BertConfig, BertModel
+from transformers import AutoModelForCausalLM
 
 from dynvocab import DynamicVocabLM
 from dynvocab.cli import main
 from dynvocab.demo import corpus_split
-from tests.conftest import tiny_llama
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, _gpt2_tokenizer):
+def workspace(tmp_path_factory, tiny_lm_dir, tiny_encoder_dir, _gpt2_tokenizer):
     root = tmp_path_factory.mktemp("eval")
-    lm = tiny_llama(len(_gpt2_tokenizer))
-    lm.save_pretrained(root / "lm")
-    _gpt2_tokenizer.save_pretrained(root / "lm")
+    (root / "lm").symlink_to(tiny_lm_dir)
+    (root / "doc-encoder").symlink_to(tiny_encoder_dir)
+    lm = AutoModelForCausalLM.from_pretrained(tiny_lm_dir)
     DynamicVocabLM.from_causal_lm(lm, _gpt2_tokenizer).save_pretrained(root / "encoder-ckpt")
-    BertModel(BertConfig(vocab_size=len(_gpt2_tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32)).save_pretrained(root / "doc-encoder")
-    _gpt2_tokenizer.save_pretrained(root / "doc-encoder")
     docs = corpus_split("wikipedia")[0][:40]
     (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     main(["index", "--data", str(root / "docs.jsonl"), "--output", str(root / "index"), "--encoder", str(root / "doc-encoder")])

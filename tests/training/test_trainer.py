@@ -5,15 +5,12 @@ from safetensors.torch import load_file
 from dynvocab.assets import wikipedia_leads
 from dynvocab.training.config import TrainConfig
 from dynvocab.training.trainer import Trainer
-from tests.conftest import tiny_llama
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, _gpt2_tokenizer):
+def setup(tmp_path_factory, tiny_lm_dir):
     root = tmp_path_factory.mktemp("train")
-    lm = tiny_llama(len(_gpt2_tokenizer))
-    lm.save_pretrained(root / "lm")
-    _gpt2_tokenizer.save_pretrained(root / "lm")
+    (root / "lm").symlink_to(tiny_lm_dir)
     (root / "data.txt").write_text("\n\n".join(lead["text"] for lead in wikipedia_leads()[:60]))
     return root
 

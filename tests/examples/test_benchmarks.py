@@ -1,0 +1,28 @@
+"""Each benchmark script's main() runs end to end on a tiny model (the real figures come from the README's commands)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_core_benchmark(tiny_lm_dir, capsys):
+    results = load("benchmark_core").main(["--tiny", "--model", str(tiny_lm_dir), "--threads", "1"])
+    assert results["round_trips"] == 200
+    assert results["encode_phrases_per_s"] > 0 and results["step_ratio_1000"] > 0
+    assert "(b) per-step time at |P|=1000" in capsys.readouterr().out
+
+
+def test_training_benchmark(tiny_lm_dir, capsys):
+    results = load("benchmark_training").main(["--tiny", "--model", str(tiny_lm_dir), "--threads", "1"])
+    assert results["plain_s"] > 0 and results["peak_gb"] > 0
+    assert "negatives add" in capsys.readouterr().out
