@@ -29,6 +29,10 @@ class DynamicVocabConfig:
         default=None, metadata={"help": "Hidden width of the encoder's output MLP; None means the LM's hidden size."}
     )
     max_phrase_tokens: int = field(default=8, metadata={"help": "Longest phrase, in LM tokens (the paper uses 8)."})
+    phrase_dtype: str = field(
+        default="float32",
+        metadata={"help": "Storage and scoring dtype of phrase output vectors; 'bfloat16' halves memory and time for huge tables."},
+    )
     encode_batch_size: int = field(default=256, metadata={"help": "Phrases encoded per forward pass when caching vectors."})
     base_model_type: str | None = field(default=None, metadata={"help": "model_type of the wrapped LM."})
     base_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the wrapped LM."})
@@ -45,6 +49,8 @@ class DynamicVocabConfig:
             )
         if self.head_hidden_size is not None and self.head_hidden_size < 1:
             raise ValueError(f"head_hidden_size must be positive or None, got {self.head_hidden_size}")
+        if self.phrase_dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"phrase_dtype must be 'float32', 'bfloat16' or 'float16', got {self.phrase_dtype!r}")
         if self.encode_batch_size < 1:
             raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
 

@@ -152,7 +152,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             table.forget_vectors()
         todo = table.token_ids[table.num_encoded :]
         if todo:
-            table.append_output_vectors(self._encode(todo)[1])
+            table.append_output_vectors(self._encode(todo)[1].to(getattr(torch, self.dynvocab_config.phrase_dtype)))
         self._encoded_version = self._encoder_version()
 
     def _encode(self, token_ids: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,8 +16,11 @@ class DotProductScorer(nn.Module):
     def forward(
         self, hidden: torch.Tensor, phrase_vectors: torch.Tensor, phrase_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``(B, T, d)`` hidden states, ``(P, d)`` vectors, optional ``(B, P)`` bool mask -> ``(B, T, P)``."""
-        scores = hidden @ phrase_vectors.to(hidden.dtype).T
+        """``(B, T, d)`` hidden states, ``(P, d)`` vectors, optional ``(B, P)`` bool mask -> ``(B, T, P)``.
+
+        Computed in the vectors' dtype (a bf16 table is read at half the bytes), returned in the hidden states'.
+        """
+        scores = (hidden.to(phrase_vectors.dtype) @ phrase_vectors.T).to(hidden.dtype)
         if phrase_mask is not None:
             scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
         return scores

@@ -102,12 +102,12 @@ class Generators:
             from retrieval import DocumentIndex
 
             from dynvocab.assets import resolve_model
-            from dynvocab.demo import demo_index
+            from dynvocab.demo import demo_index, document_encoder
 
-            path = self.config.index
+            path, name = self.config.index, self.config.encoder
+            encoder = document_encoder() if name == "minilm" else DenseEncoder(resolve_model(name))
             self._index = (
-                DocumentIndex.load(path, encoder=DenseEncoder(resolve_model(self.config.encoder)))
-                if path else demo_index(Path(".cache/demo"), self.config.data)
+                DocumentIndex.load(path, encoder=encoder) if path else demo_index(Path(".cache/demo"), self.config.data)
             )
         return self._index
 

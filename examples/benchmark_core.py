@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--encode", type=int, default=10000, help="phrases encoded for (c)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--encoder-layers", type=int, default=1)
+    parser.add_argument("--phrase-dtype", default="float32", choices=["float32", "bfloat16"], help="phrase table dtype")
     parser.add_argument("--tiny", action="store_true", help="small sizes for a smoke run")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -72,7 +73,10 @@ def main(argv: list[str] | None = None) -> dict:
     path = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    model = DynamicVocabLM.from_causal_lm(lm, tokenizer, encoder_layers=args.encoder_layers).eval()
+    model = DynamicVocabLM.from_causal_lm(
+        lm, tokenizer, encoder_layers=args.encoder_layers, phrase_dtype=args.phrase_dtype
+    ).eval()
+    print(f"phrase table dtype: {args.phrase_dtype}")
     leads = wikipedia_leads()
     start = time.perf_counter()
     pool = token_lengths_ok(extract_phrases(leads[: args.leads], tokenizer, max_phrases=int(max(sizes) * 1.2)), tokenizer)

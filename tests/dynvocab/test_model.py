@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -171,3 +173,18 @@ def test_embeddings_are_not_copied(model):
     lm_embeddings = model.lm.get_input_embeddings().weight
     assert model.phrase_encoder.body.get_input_embeddings().weight.data_ptr() == lm_embeddings.data_ptr()
     assert not any("embed_tokens" in k or "wte" in k for k in model.phrase_encoder.trainable_state_dict())
+
+
+def test_a_bfloat16_phrase_table_scores_close_to_float32(base_model, tokenizer):
+    exact = DynamicVocabLM.from_causal_lm(copy.deepcopy(base_model), tokenizer).eval()
+    half = DynamicVocabLM.from_causal_lm(base_model, tokenizer, phrase_dtype="bfloat16").eval()
+    half.phrase_encoder.load_state_dict(exact.phrase_encoder.state_dict())
+    for model in (exact, half):
+        model.set_phrases(PHRASES)
+    assert half.phrase_table.output_vectors.dtype == torch.bfloat16
+    ids = torch.tensor([exact.tokenize(TEXT)])
+    with torch.no_grad():
+        a, b = exact(ids).logits, half(ids).logits
+    assert b.dtype == torch.float32
+    torch.testing.assert_close(b[..., : exact.vocab_size], a[..., : exact.vocab_size])
+    torch.testing.assert_close(b[..., exact.vocab_size :], a[..., exact.vocab_size :], rtol=0.02, atol=0.02)
