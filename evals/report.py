@@ -90,14 +90,14 @@ def plot_latency(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     systems = list(results)
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = plt.subplots(figsize=(7, 3))
     left = np.zeros(len(systems))
     for stage in STAGES:
         values = np.array([results[s]["stage_means_s"][stage] for s in systems])
         ax.barh(systems, values, left=left, label=stage)
         left += values
     ax.set_xlabel("mean seconds per prompt")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
