@@ -10,23 +10,14 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
 
+from .padding import first_token_index, last_token_index, pad_sequences, position_ids_from_mask
+
 logger = logging.getLogger(__name__)
 
 
 def unwrap_model(model: nn.Module) -> PreTrainedModel:
     """The transformers model inside a peft wrapper (or the model itself)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Index of the last attended position of each row, for left or right padding. ``(B, L) -> (B,)``."""
-    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
-    return (attention_mask.long() * positions).argmax(dim=1)
-
-
-def first_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Index of the first attended position of each row. ``(B, L) -> (B,)``."""
-    return attention_mask.long().argmax(dim=1)
 
 
 def _layer_subset_config(config, num_layers: int):
@@ -133,21 +124,24 @@ class PhraseEncoder(nn.Module):
         config = AutoConfig.for_model(**body_config)
         return cls(AutoModel.from_config(config), output_size, head_hidden_size, shares_embeddings=shares)
 
+    def _hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Body states ``(B, L, h)``; positions come from the mask, so padding side does not matter."""
+        positions = position_ids_from_mask(attention_mask)
+        return self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
+
     def encode_all_prefixes(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Vectors of every prefix: ``(B, L)`` ids -> input and output vectors ``(B, L, d)``.
 
         Position ``t`` holds the vectors of the phrase ``input_ids[b, :t + 1]`` (its
         non-padding part). Left or right padding both work.
         """
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        hidden = self._hidden(input_ids, attention_mask)
         first = input_ids.gather(1, first_token_index(attention_mask).unsqueeze(1)).expand_as(input_ids)
         return self._anchored(self.head(hidden), first, input_ids)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Phrase vectors: ``(B, L)`` ids and mask -> input and output vectors ``(B, d)``."""
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        hidden = self._hidden(input_ids, attention_mask)
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         last = last_token_index(attention_mask)
         first = input_ids[rows, first_token_index(attention_mask)]
@@ -164,7 +158,7 @@ class PhraseEncoder(nn.Module):
         outputs = torch.empty_like(inputs)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            ids, mask = pad_right([phrases[i] for i in chunk], device=device)
+            ids, mask = pad_sequences([phrases[i] for i in chunk], device=device)
             vec_in, vec_out = self(ids, mask)
             index = torch.tensor(chunk, device=device)
             inputs[index], outputs[index] = vec_in, vec_out
@@ -175,16 +169,6 @@ class PhraseEncoder(nn.Module):
         skip = "body." + _embedding_prefix(self.body) if self.shares_embeddings else None
         return {k: v for k, v in self.state_dict().items() if skip is None or not k.startswith(skip)}
 
-
-def pad_right(sequences: Sequence[Sequence[int]], device=None, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists into ``(B, L)`` ids and a ``(B, L)`` attention mask."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-        mask[row, : len(seq)] = 1
-    return ids.to(device), mask.to(device)
 
 
 def _num_layers(config) -> int:

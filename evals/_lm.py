@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import torch
+
+from dynvocab.padding import position_ids_from_mask
 
 logger = logging.getLogger(__name__)
 
@@ -44,35 +46,12 @@ def pad_id(tokenizer) -> int:
     return 0
 
 
-def pad(seqs: Sequence[Sequence[int]], pad_value: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad id lists to ``(batch, max_len)`` ids and a 0/1 attention mask of the same shape."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_value, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        start = width - len(seq) if side == "left" else 0
-        ids[row, start : start + len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
-        mask[row, start : start + len(seq)] = 1
-    return ids, mask
-
-
-def position_ids(mask: torch.Tensor) -> torch.Tensor:
-    """``(batch, seq)`` positions counting real tokens only, so left padding does not shift them."""
-    return (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def last_real_index(mask: torch.Tensor) -> torch.Tensor:
-    """``(batch,)`` index of the last non-pad token, right for left and right padding alike."""
-    positions = torch.arange(mask.shape[-1], device=mask.device).expand_as(mask)
-    return (positions * mask).argmax(-1)
-
-
 def forward(model, ids: torch.Tensor, mask: torch.Tensor, **kwargs):
     """Run ``model`` on a padded batch, passing explicit position ids when its forward takes them."""
     device = next(model.parameters()).device
     inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), **kwargs}
     if "position_ids" in inspect.signature(model.forward).parameters:
-        inputs["position_ids"] = position_ids(mask).to(device)
+        inputs["position_ids"] = position_ids_from_mask(mask).to(device)
     return model(**inputs)
 
 

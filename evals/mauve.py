@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from dynvocab.padding import last_token_index, pad_sequences
+
 from . import _lm
 
 if TYPE_CHECKING:
@@ -183,11 +185,11 @@ def _batched_states(model, tokenizer, texts, max_tokens, batch_size, side, pool:
     with _lm.eval_mode(model):
         show = logger.isEnabledFor(logging.INFO)
         for start in tqdm(range(0, len(encoded), batch_size), desc=desc, disable=not show):
-            ids, mask = _lm.pad(encoded[start : start + batch_size], _lm.pad_id(tokenizer), side)
+            ids, mask = pad_sequences(encoded[start : start + batch_size], _lm.pad_id(tokenizer), side)
             states = _lm.forward(model, ids, mask, output_hidden_states=True).hidden_states[-1].float()
             mask = mask.to(states.device)
             if pool == "last":
-                rows.append(states[torch.arange(len(ids)), _lm.last_real_index(mask)])
+                rows.append(states[torch.arange(len(ids)), last_token_index(mask)])
             else:
                 weights = mask.unsqueeze(-1).to(states.dtype)
                 rows.append((states * weights).sum(1) / weights.sum(1))

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
+from dynvocab.padding import pad_sequences
+
 from . import _lm
 
 if TYPE_CHECKING:
@@ -71,8 +73,8 @@ def _encode(tokenizer, texts, prefixes, prepend_bos, max_length) -> list[tuple[l
 
 def _score_batch(model, pairs, pad_value: int, side: str) -> list[np.ndarray]:
     """Log-probs of the target tokens of each ``(context, target)`` pair, shape ``(len(target),)`` each."""
-    ids, mask = _lm.pad([c + t for c, t in pairs], pad_value, side)
-    scored, _ = _lm.pad([[0] * len(c) + [1] * len(t) for c, t in pairs], 0, side)
+    ids, mask = pad_sequences([c + t for c, t in pairs], pad_value, side)
+    scored, _ = pad_sequences([[0] * len(c) + [1] * len(t) for c, t in pairs], 0, side)
     logits = _lm.forward(model, ids, mask).logits[:, :-1].float()
     labels = ids[:, 1:].to(logits.device)
     logprobs = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)

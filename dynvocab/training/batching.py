@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..phrase_encoder import pad_right
+from ..padding import pad_sequences
 from .samples import MixedSample
 
 
@@ -68,9 +68,9 @@ def collate(
         sigma += range(position, len(sample.token_ids))
         mixed_rows.append(ids)
         sigma_rows.append(sigma)
-    token_ids, token_mask = pad_right([s.token_ids for s in samples], pad_id=pad_id)
-    mixed_ids, mixed_mask = pad_right(mixed_rows, pad_id=pad_id)
-    sigma, _ = pad_right(sigma_rows)
+    token_ids, token_mask = pad_sequences([s.token_ids for s in samples], pad_id)
+    mixed_ids, mixed_mask = pad_sequences(mixed_rows, pad_id)
+    sigma, _ = pad_sequences(sigma_rows)
     phrase_mask = torch.ones(len(samples), len(phrases), dtype=torch.bool)
     if not in_batch:
         phrase_mask[:, : len(golds)] = False

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import DynamicVocabLM
-from ..phrase_encoder import pad_right
+from ..padding import pad_sequences
 from .batching import MixedBatch
 from .negatives import prefix_groups
 
@@ -28,7 +28,7 @@ def encode_phrase_set(model: DynamicVocabLM, phrases: list[tuple[int, ...]]) -> 
     """
     packed = prefix_groups(phrases)
     device = model.lm.get_input_embeddings().weight.device
-    ids, mask = pad_right([longest for longest, _ in packed.groups], device=device)
+    ids, mask = pad_sequences([longest for longest, _ in packed.groups], device=device)
     vec_in, vec_out = model.phrase_encoder.encode_all_prefixes(ids, mask)
     group = torch.tensor(packed.group_of, device=device)
     last = torch.tensor(packed.length_of, device=device) - 1

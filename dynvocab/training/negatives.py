@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..padding import pad_sequences, position_ids_from_mask
 from .ngrams import SuccessorIndex
 from .samples import MixedSample
 
@@ -71,19 +72,13 @@ def greedy_continuations(
     first real token, so a padded row continues exactly as it would alone. The model is
     put in eval mode for the call (no dropout) and restored afterwards.
     """
-    device = next(model.parameters()).device
-    width = max(len(p) for p in phrases)
-    ids = torch.full((len(phrases), width), pad_token_id, dtype=torch.long, device=device)
-    mask = torch.zeros_like(ids)
-    for row, phrase in enumerate(phrases):
-        ids[row, width - len(phrase) :] = torch.as_tensor(list(phrase), dtype=torch.long)
-        mask[row, width - len(phrase) :] = 1
+    ids, mask = pad_sequences(phrases, pad_token_id, side="left", device=next(model.parameters()).device)
     was_training = model.training
     model.eval()
     try:
         generated, cache, step_ids = [], None, ids
         for _ in range(n):
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
+            positions = position_ids_from_mask(mask)[:, -step_ids.shape[1] :]
             out = model(
                 input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
                 logits_to_keep=1,

@@ -1,13 +1,13 @@
 import torch
 
 from dynvocab import DynamicVocabLM, PhraseEncoder
-from dynvocab.phrase_encoder import pad_right
+from dynvocab.padding import pad_sequences
 
 
 def test_left_and_right_padding_give_the_same_vectors(base_model):
     encoder = PhraseEncoder.from_causal_lm(base_model, num_layers=1).eval()
     phrases = [[11, 12, 13, 14], [21, 22]]
-    ids, mask = pad_right(phrases)
+    ids, mask = pad_sequences(phrases)
     left_ids = torch.tensor([[11, 12, 13, 14], [0, 0, 21, 22]])
     left_mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
     with torch.no_grad():
@@ -20,7 +20,7 @@ def test_left_and_right_padding_give_the_same_vectors(base_model):
 def test_one_pass_gives_every_prefix(base_model):
     encoder = PhraseEncoder.from_causal_lm(base_model, num_layers=2).eval()
     phrase = [31, 32, 33, 34, 35]
-    ids, mask = pad_right([phrase])
+    ids, mask = pad_sequences([phrase])
     with torch.no_grad():
         all_in, all_out = encoder.encode_all_prefixes(ids, mask)
         one_in, one_out = encoder.encode_ids([phrase[:k] for k in range(1, 6)])
