@@ -1,4 +1,4 @@
-"""The ``dynvocab`` command line: train, index, generate, eval, demo."""
+"""The ``dynvocab`` command line: train, train-mwt, index, generate, eval, demo."""
 
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(json.dumps({"output_dir": config.output_dir, **final}))
 
 
+def cmd_train_mwt(args: argparse.Namespace) -> None:
+    from evals.baselines import MultiWordTrainConfig, train_multiword
+
+    config = dataclass_from_args(MultiWordTrainConfig, args)
+    _, log = train_multiword(config)
+    print(json.dumps({"output_dir": config.output_dir, **log[-1]}))
+
+
 def cmd_index(args: argparse.Namespace) -> None:
     from encoders import DenseEncoder
     from retrieval import DocumentIndex
@@ -75,17 +83,18 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    from evals.protocol import EvalConfig, generate_all, save_config
+    from evals.protocol import EvalConfig, generate_all
     from evals.report import score_all, write_report
 
     config = dataclass_from_args(EvalConfig, args)
-    records, generators = generate_all(config)
-    save_config(config)
-    report = write_report(score_all(records, config, generators), config, "dynvocab " + " ".join(args.argv))
+    records, timed, generators = generate_all(config)
+    results = score_all(records, timed, config, generators)
+    report = write_report(results, config, "dynvocab " + " ".join(args.argv), generators.settings())
     print(report.read_text())
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from evals.baselines import MultiWordTrainConfig
     from evals.protocol import EvalConfig
     from retrieval.pipeline import PipelineConfig
 
@@ -99,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_arguments(train, TrainConfig)
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     train.set_defaults(func=cmd_train)
+
+    train_mwt = commands.add_parser("train-mwt", help="train the MWT baseline: frequent n-grams as static tokens")
+    add_dataclass_arguments(train_mwt, MultiWordTrainConfig)
+    train_mwt.set_defaults(func=cmd_train_mwt)
 
     index = commands.add_parser("index", help="encode documents and build a FAISS index")
     index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, 'wikipedia' or 'licenses'")

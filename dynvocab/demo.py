@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .assets import license_texts, resolve_model, wikipedia_leads
 from .model import DynamicVocabLM
+from .training.corpus import WIKIPEDIA_HELD_OUT
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def trained_encoder(workdir: Path) -> Path:
 
 
 #: the embedded corpora: name -> (documents, held-out share)
-CORPORA = {"wikipedia": (wikipedia_leads, 0.05), "licenses": (license_texts, 0.1)}
+CORPORA = {"wikipedia": (wikipedia_leads, WIKIPEDIA_HELD_OUT), "licenses": (license_texts, 0.1)}
 
 
 def corpus_split(name: str) -> tuple[list[dict], list[dict]]:
@@ -94,9 +95,12 @@ def demo_index(workdir: Path, corpus: str = "wikipedia"):
 
     encoder = document_encoder()
     path = workdir / f"{corpus}-index"
-    if (path / "metadata.json").exists():
-        return DocumentIndex.load(path, encoder=encoder)
     documents = corpus_split(corpus)[0]
+    if (path / "metadata.json").exists():
+        index = DocumentIndex.load(path, encoder=encoder)
+        if len(index) == len(documents):
+            return index
+        print(f"The cached index in {path} has {len(index)} documents, the training part {len(documents)}: rebuilding it.")
     print(f"Indexing {len(documents)} {corpus} documents with MiniLM (once; cached in {path}).")
     index = DocumentIndex.build(documents, encoder, show_progress_bar=True)
     index.save(path)

@@ -23,6 +23,14 @@ def pad_sequences(
     return ids.to(device), mask.to(device)
 
 
+def pad_id(tokenizer) -> int:
+    """Id written into padded positions: the tokenizer's pad token, else its end-of-text token, else 0."""
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """``(B, L)`` positions counting attended tokens only, so left padding does not shift them."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)

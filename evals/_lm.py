@@ -38,14 +38,6 @@ def check_side(padding_side: str | None, tokenizer) -> str:
     return side
 
 
-def pad_id(tokenizer) -> int:
-    """Id written into padded positions (masked out, so any valid id will do)."""
-    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if candidate is not None:
-            return int(candidate)
-    return 0
-
-
 def forward(model, ids: torch.Tensor, mask: torch.Tensor, **kwargs):
     """Run ``model`` on a padded batch, passing explicit position ids when its forward takes them."""
     device = next(model.parameters()).device

@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
+#: the stages of one retrieval-augmented request, in order
+STAGES = ("retrieve", "extract", "encode", "decode")
+
 
 @dataclass(frozen=True)
 class LatencyStats:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dynvocab.padding import last_token_index, pad_sequences
+from dynvocab.padding import last_token_index, pad_id, pad_sequences
 
 from . import _lm
 
@@ -185,7 +185,7 @@ def _batched_states(model, tokenizer, texts, max_tokens, batch_size, side, pool:
     with _lm.eval_mode(model):
         show = logger.isEnabledFor(logging.INFO)
         for start in tqdm(range(0, len(encoded), batch_size), desc=desc, disable=not show):
-            ids, mask = pad_sequences(encoded[start : start + batch_size], _lm.pad_id(tokenizer), side)
+            ids, mask = pad_sequences(encoded[start : start + batch_size], pad_id(tokenizer), side)
             states = _lm.forward(model, ids, mask, output_hidden_states=True).hidden_states[-1].float()
             mask = mask.to(states.device)
             if pool == "last":

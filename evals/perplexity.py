@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
-from dynvocab.padding import pad_sequences
+from dynvocab.padding import pad_id, pad_sequences
 
 from . import _lm
 
@@ -116,7 +116,7 @@ def token_logprobs(
     out: list[np.ndarray] = []
     with _lm.eval_mode(model):
         for start in tqdm(range(0, len(pairs), batch_size), desc="perplexity", disable=not show_progress_bar):
-            out.extend(_score_batch(model, pairs[start : start + batch_size], _lm.pad_id(tokenizer), side))
+            out.extend(_score_batch(model, pairs[start : start + batch_size], pad_id(tokenizer), side))
     return out
 
 

@@ -2,10 +2,14 @@
 
 Prompts are the first ``prefix_tokens`` tokens of held-out documents; the reference is
 the next ``continuation_tokens`` tokens. The bare LM generates ``continuation_tokens``
-tokens (KV cache on); a dynamic-vocabulary system generates until it has the
-reference's number of characters (the same character budget), with phrases from the
-top-k retrieved training documents. Generations are appended to
-``generations.jsonl`` as they finish, so a stopped run resumes where it stopped.
+tokens (KV cache on); the dynamic-vocabulary systems (phrases from the top-k
+retrieved training documents) and the MWT baseline generate until they have the
+reference's number of characters (the same character budget).
+
+Two passes: every prompt in left-padded batches of ``batch_size`` for the quality
+figures (``generations.jsonl``), and the first ``latency_prompts`` prompts one at a
+time for latency (``latency.jsonl``). Both files grow as generations finish, so a
+stopped run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ from __future__ import annotations
 import json
 import logging
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from .latency import STAGES
+
 logger = logging.getLogger(__name__)
 
-SYSTEMS = ("bare", "dynamic", "dynamic-untrained", "dynamic-no-phrases")
+SYSTEMS = ("bare", "dynamic", "dynamic-untrained", "dynamic-no-phrases", "mwt")
+#: the MWT baseline trained by `dynvocab train-mwt` with the shipped phrase encoder's budget (settings inside)
+SHIPPED_MWT = Path(__file__).resolve().parents[1] / "examples" / "checkpoints" / "smollm2-wikipedia-mwt"
 
 
 @dataclass
@@ -33,7 +42,11 @@ class EvalConfig:
     checkpoint: str | None = field(default=None, metadata={"help": "Trained phrase encoder; default: the shipped one."})
     index: str | None = field(default=None, metadata={"help": "Document index dir; default: an index of --data's training part."})
     encoder: str = field(default="minilm", metadata={"help": "The index's document encoder (name or path)."})
-    systems: str = field(default="bare,dynamic", metadata={"help": f"Comma-separated systems from {SYSTEMS}."})
+    mwt_checkpoint: str | None = field(default=None, metadata={"help": "MWT baseline from `dynvocab train-mwt`; default: the shipped one."})
+    systems: str = field(
+        default="bare,dynamic,dynamic-no-phrases,mwt",
+        metadata={"help": f"Comma-separated systems from {SYSTEMS}; 'dynamic@256' caps the phrases per prompt at 256."},
+    )
     num_prompts: int = field(default=200, metadata={"help": "Held-out documents used as prompts."})
     prefix_tokens: int = field(default=32, metadata={"help": "Prompt length in LM tokens."})
     continuation_tokens: int = field(default=128, metadata={"help": "Continuation length in LM tokens (bare LM)."})
@@ -41,27 +54,50 @@ class EvalConfig:
     top_p: float = field(default=0.95, metadata={"help": "Nucleus mass for decoding='nucleus'."})
     top_k_docs: int = field(default=32, metadata={"help": "Documents retrieved per prompt."})
     max_phrases: int = field(default=2048, metadata={"help": "Phrases plugged in per prompt at most."})
+    batch_size: int = field(default=8, metadata={"help": "Prompts generated together in the quality pass."})
+    latency_prompts: int = field(default=20, metadata={"help": "Prompts timed one at a time (the latency pass; 0 skips it)."})
     mauve_featurizer: str = field(default="minilm", metadata={"help": "'minilm', 'lm' (the scorer LM) or 'gpt2-large'."})
     mauve_seeds: int = field(default=3, metadata={"help": "MAUVE runs with different k-means seeds."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     output_dir: str = field(default="runs/eval", metadata={"help": "generations.jsonl, results.json, report.md, plots."})
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.system_names if s not in SYSTEMS]
+        unknown = [s for s in self.system_names if not _known_system(s)]
         if unknown:
-            raise ValueError(f"systems={self.systems!r} has unknown names {unknown}; choose from {list(SYSTEMS)}")
+            raise ValueError(
+                f"systems={self.systems!r} has unknown names {unknown}; choose from {list(SYSTEMS)}, "
+                "optionally a dynamic one with '@N' phrases per prompt (e.g. dynamic@256)"
+            )
         if self.data not in ("wikipedia", "licenses"):
             raise ValueError(f"data={self.data!r}; choose 'wikipedia' or 'licenses'")
         if self.decoding not in ("greedy", "nucleus"):
             raise ValueError(f"decoding={self.decoding!r}; choose 'greedy' or 'nucleus'")
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):
             raise ValueError(f"mauve_featurizer={self.mauve_featurizer!r}; choose 'minilm', 'lm' or 'gpt2-large'")
-        if min(self.num_prompts, self.prefix_tokens, self.continuation_tokens, self.mauve_seeds) < 1:
-            raise ValueError("num_prompts, prefix_tokens, continuation_tokens and mauve_seeds must be >= 1")
+        if min(self.num_prompts, self.prefix_tokens, self.continuation_tokens, self.mauve_seeds, self.batch_size) < 1:
+            raise ValueError("num_prompts, prefix_tokens, continuation_tokens, mauve_seeds and batch_size must be >= 1")
+        if self.latency_prompts < 0:
+            raise ValueError(f"latency_prompts={self.latency_prompts} must be >= 0")
 
     @property
     def system_names(self) -> list[str]:
         return [s.strip() for s in self.systems.split(",") if s.strip()]
+
+
+def split_system(name: str) -> tuple[str, int | None]:
+    """``"dynamic@256"`` -> ``("dynamic", 256)``; a name without ``@`` has no phrase cap of its own."""
+    base, at, cap = name.partition("@")
+    if at and not (cap.isdigit() and int(cap) > 0):
+        raise ValueError(f"system {name!r}: write the phrase cap as a positive number, e.g. dynamic@256")
+    return base, int(cap) if at else None
+
+
+def _known_system(name: str) -> bool:
+    try:
+        base, cap = split_system(name)
+    except ValueError:
+        return False
+    return base in SYSTEMS and (cap is None or base in ("dynamic", "dynamic-untrained"))
 
 
 def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
@@ -83,17 +119,48 @@ def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
 
 
 class Generators:
-    """Builds each system once and generates one continuation per call."""
+    """Builds each system once (lazily) and generates continuations for a batch of prompts."""
 
     def __init__(self, config: EvalConfig) -> None:
-        from dynvocab import DynamicVocabLM
-        from dynvocab.demo import SHIPPED_ENCODER, load_dynamic_lm, load_lm
+        from dynvocab.demo import load_lm
 
         self.config = config
+        mwt = Path(config.mwt_checkpoint or SHIPPED_MWT)
+        if "mwt" in config.system_names and not mwt.exists():
+            raise FileNotFoundError(
+                f"no MWT baseline at {mwt}; train one with `dynvocab train-mwt --output-dir DIR` and pass "
+                "--mwt-checkpoint DIR, or leave mwt out of --systems"
+            )
         self.lm, self.tokenizer = load_lm(config.model)
-        self.trained = load_dynamic_lm(config.model, config.checkpoint or SHIPPED_ENCODER)
-        self.untrained = DynamicVocabLM.from_causal_lm(self.lm, self.tokenizer).eval()
-        self._index = None
+        self._index = self._trained = self._untrained = self._mwt = None
+
+    @property
+    def trained(self):
+        if self._trained is None:
+            from dynvocab.demo import SHIPPED_ENCODER, load_dynamic_lm
+
+            self._trained = load_dynamic_lm(self.config.model, self.config.checkpoint or SHIPPED_ENCODER)
+        return self._trained
+
+    @property
+    def untrained(self):
+        if self._untrained is None:
+            from dynvocab import DynamicVocabLM
+
+            self._untrained = DynamicVocabLM.from_causal_lm(self.lm, self.tokenizer).eval()
+        return self._untrained
+
+    @property
+    def mwt(self):
+        if self._mwt is None:
+            from dynvocab.demo import load_lm
+
+            from .baselines import MultiWordLM
+
+            path = Path(self.config.mwt_checkpoint or SHIPPED_MWT)
+            lm, _ = load_lm(self.config.model)  # its own copy: the baseline grows the embedding matrices
+            self._mwt = MultiWordLM.from_pretrained(path, lm, self.tokenizer)
+        return self._mwt
 
     @property
     def index(self):
@@ -111,58 +178,196 @@ class Generators:
             )
         return self._index
 
+    def settings(self) -> dict[str, dict]:
+        """What each evaluated system is, for the report: checkpoints, budgets and training settings."""
+        from dynvocab.demo import SHIPPED_ENCODER
+
+        c, decoding = self.config, self.sampling()
+        budget = {"max_chars": "the reference's", "max_new_tokens": 2 * c.continuation_tokens, **decoding}
+        retrieval = {"index": c.index or f"{c.data} training part", "top_k_docs": c.top_k_docs}
+        checkpoint = Path(c.checkpoint or SHIPPED_ENCODER)
+        train = checkpoint / "train_config.json"
+        mwt = Path(c.mwt_checkpoint or SHIPPED_MWT)
+        shown = {path: str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+                 for path in (checkpoint, mwt)}
+        every = {
+            "bare": {"model": c.model, "max_new_tokens": c.continuation_tokens, **decoding},
+            "dynamic": {"checkpoint": shown[checkpoint], **retrieval, "max_phrases": c.max_phrases, **budget,
+                        "training": _training_summary(json.loads(train.read_text())) if train.exists() else None},
+            "dynamic-untrained": {"phrase_encoder": "untrained (the LM's first layer)", **retrieval,
+                                  "max_phrases": c.max_phrases, **budget},
+            "dynamic-no-phrases": {"max_phrases": 0, **budget},
+            "mwt": {"checkpoint": shown[mwt], **budget, **_multiword_summary(mwt)},
+        }
+        chosen = {}
+        for name in c.system_names:
+            base, cap = split_system(name)
+            chosen[name] = every[base] | ({"max_phrases": cap} if cap else {})
+        return chosen
+
     def sampling(self) -> dict:
         return {"do_sample": True, "top_p": self.config.top_p, "top_k": 0} if self.config.decoding == "nucleus" else {"do_sample": False}
 
     @torch.no_grad()
-    def __call__(self, system: str, item: dict) -> dict:
-        torch.manual_seed(self.config.seed)
+    def __call__(self, system: str, items: list[dict]) -> list[dict]:
+        """One result per item: ``text``, ``steps``, ``phrase_steps``, ``phrases`` and per-stage ``latency``.
+
+        Stage times of a batch are split evenly over its items. The sampling seed comes
+        from the config, the system and the batch's first prompt.
+        """
+        torch.manual_seed(self.config.seed + zlib.crc32(f"{system}/{items[0]['id']}".encode()))
         if system == "bare":
-            return self._bare(item)
+            return self._static(items, self.lm, self.tokenizer, lambda text: self.tokenizer(text)["input_ids"], None)
+        if system == "mwt":
+            vocab = self.mwt.vocab
+            return self._static(items, self.mwt.lm, vocab, lambda text: vocab.encode(text, add_special_tokens=True), vocab)
+        return self._dynamic(*split_system(system), items)
+
+    def _static(self, items: list[dict], lm, decoder, encode, multiword) -> list[dict]:
+        """The bare LM (``multiword`` None: ``continuation_tokens`` tokens) or the MWT baseline (the character budget)."""
+        from dynvocab.generation import generate_continuations
+        from dynvocab.padding import pad_id
+
+        start = time.perf_counter()
+        prompts = [encode(item["prompt"]) for item in items]
+        if multiword is None:
+            budget = {"max_new_tokens": self.config.continuation_tokens}
+        else:
+            budget = {"max_new_tokens": 2 * self.config.continuation_tokens, "decode": multiword.decode,
+                      "max_chars": [len(item["reference"]) for item in items]}
+        new = generate_continuations(lm, prompts, pad_id(self.tokenizer), **budget, **self.sampling())
+        texts = [decoder.decode(ids, skip_special_tokens=True) for ids in new]
+        latency = dict.fromkeys(STAGES, 0.0) | {"decode": (time.perf_counter() - start) / len(items)}
+        vocab_size = multiword.vocab_size if multiword is not None else len(self.tokenizer)
+        return [{"text": text, "steps": len(ids), "phrase_steps": sum(i >= vocab_size for i in ids),
+                 "phrases": len(multiword) if multiword is not None else 0, "latency": latency}
+                for text, ids in zip(texts, new)]
+
+    def _dynamic(self, system: str, max_phrases: int | None, items: list[dict]) -> list[dict]:
         from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
-        model = self.trained if system == "dynamic" else self.untrained
+        model = self.untrained if system == "dynamic-untrained" else self.trained
+        model.set_phrases([])  # every request encodes its phrases from scratch: no cache from earlier prompts
+        if system == "dynamic-no-phrases":
+            max_phrases = 0
         pipeline_config = PipelineConfig(
-            top_k=self.config.top_k_docs, max_phrases=0 if system == "dynamic-no-phrases" else self.config.max_phrases,
-            max_new_tokens=2 * self.config.continuation_tokens, max_chars=len(item["reference"]),
-            do_sample=self.config.decoding == "nucleus", top_p=self.config.top_p,
+            top_k=self.config.top_k_docs, max_phrases=self.config.max_phrases if max_phrases is None else max_phrases,
+            max_new_tokens=2 * self.config.continuation_tokens, do_sample=self.config.decoding == "nucleus",
+            top_p=self.config.top_p,
         )
-        result = PhrasePipeline(model, self.index, pipeline_config)(item["prompt"])
-        return {"text": result.text, "steps": result.steps, "phrase_steps": result.phrase_steps,
-                "phrases": result.num_phrases, "latency": result.latency}
-
-    def _bare(self, item: dict) -> dict:
-        ids = self.tokenizer(item["prompt"], return_tensors="pt").input_ids
-        start = time.perf_counter()
-        out = self.lm.generate(ids, max_new_tokens=self.config.continuation_tokens, **self.sampling())
-        seconds = time.perf_counter() - start
-        new = out[0, ids.shape[1] :]
-        return {"text": self.tokenizer.decode(new, skip_special_tokens=True), "steps": int(new.shape[0]),
-                "phrase_steps": 0, "phrases": 0,
-                "latency": {"retrieve": 0.0, "extract": 0.0, "encode": 0.0, "decode": seconds}}
+        results = PhrasePipeline(model, self.index, pipeline_config).batch(
+            [item["prompt"] for item in items], max_chars=[len(item["reference"]) for item in items]
+        )
+        return [{"text": r.text, "steps": r.steps, "phrase_steps": r.phrase_steps, "phrases": r.num_phrases,
+                 "latency": r.latency} for r in results]
 
 
-def generate_all(config: EvalConfig) -> tuple[list[dict], "Generators"]:
-    """Every (system, prompt) generation, resuming from ``generations.jsonl``."""
+def _training_summary(train_config: dict) -> dict:
+    keys = ("mode", "max_steps", "batch_size", "max_length", "learning_rate", "phrases", "negatives")
+    return {k: train_config[k] for k in keys if k in train_config}
+
+
+def _multiword_summary(directory: Path) -> dict:
+    from .baselines.multiword import CONFIG_NAME
+
+    if not (directory / CONFIG_NAME).exists():
+        return {}
+    saved = json.loads((directory / CONFIG_NAME).read_text())
+    training = saved.get("train_config", {})
+    return {"ngrams": len(saved["ngrams"]), "trains": "the n-gram embedding rows (LM frozen)",
+            "training": _training_summary(training) | {k: training[k] for k in ("min_count", "max_ngram_tokens") if k in training},
+            "final_loss": (saved.get("train_log") or [{}])[-1].get("loss")}
+
+
+def _generate_into(path: Path, todo: list[tuple[str, dict]], generators: Generators, batch_size: int, desc: str) -> list[dict]:
+    """Generate ``todo`` (system, prompt) pairs in batches of one system, appending each batch's records to ``path``."""
+    if not todo:
+        return []
+    records = []
+    with open(path, "a", encoding="utf-8") as f, tqdm(total=len(todo), desc=desc) as bar:
+        for system in dict.fromkeys(s for s, _ in todo):
+            items = [item for s, item in todo if s == system]
+            for start in range(0, len(items), batch_size):
+                batch = items[start : start + batch_size]
+                finished = [
+                    {"system": system, "id": item["id"], "prompt": item["prompt"], "reference": item["reference"],
+                     "batch_size": len(batch), **result}
+                    for item, result in zip(batch, generators(system, batch))
+                ]
+                f.write("".join(json.dumps(record) + "\n" for record in finished))  # one write: a kill loses whole batches
+                f.flush()
+                records.extend(finished)
+                bar.update(len(batch))
+    return records
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of a JSONL file; a last line cut short by a killed run is dropped from the file."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    records = []
+    for number, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines) - 1:
+                raise ValueError(f"{path} line {number + 1} is not JSON; fix or delete the file to regenerate") from None
+            logger.warning("%s: dropping a last line cut short by an interrupted run", path)
+            path.write_text("".join(lines[:-1]), encoding="utf-8")
+    return records
+
+
+def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[dict], list[tuple[str, dict]]]:
+    """Records already in ``path`` (for these systems and prompts) and the pairs still to generate."""
+    wanted = {p["id"]: p for p in prompts}
+    done = [r for r in read_records(path) if r["id"] in wanted and r["system"] in systems]
+    for record in done:
+        if (record["prompt"], record["reference"]) != (wanted[record["id"]]["prompt"], wanted[record["id"]]["reference"]):
+            raise ValueError(f"{path} holds generations for other prompts (another tokenizer or prefix length); "
+                             "use another --output-dir or delete the file")
+    seen = {(r["system"], r["id"]) for r in done}
+    todo = [(s, p) for s in systems for p in prompts if (s, p["id"]) not in seen]
+    if seen:
+        logger.info("%s: %d generations done, %d to go", path.name, len(seen), len(todo))
+    return done, todo
+
+
+#: settings that change what is generated: a run resumes only under the same ones
+GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
+                       "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size")
+
+
+def check_resumable(config: EvalConfig) -> None:
+    """Refuse to add to ``output_dir`` generations made under other generation settings; then record these."""
+    path = Path(config.output_dir) / "eval_config.json"
+    if path.exists():
+        before = json.loads(path.read_text())
+        changed = [k for k in GENERATION_SETTINGS if k in before and before[k] != getattr(config, k)]
+        if changed:
+            raise ValueError(
+                f"{config.output_dir} holds generations made with other settings ({', '.join(f'{k}={before[k]!r}' for k in changed)}); "
+                "use another --output-dir, or pass the same settings to resume"
+            )
+    save_config(config)
+
+
+def generate_all(config: EvalConfig) -> tuple[list[dict], list[dict], Generators]:
+    """The quality pass over every prompt and the latency pass, each resuming from its JSONL file."""
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "generations.jsonl"
-    done = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    seen = {(r["system"], r["id"]) for r in done}
+    check_resumable(config)
     generators = Generators(config)
     prompts = held_out_prompts(generators.tokenizer, config)
-    todo = [(s, p) for s in config.system_names for p in prompts if (s, p["id"]) not in seen]
-    if seen:
-        logger.info("resuming: %d generations done, %d to go", len(seen), len(todo))
-    with open(path, "a", encoding="utf-8") as f:
-        for system, item in tqdm(todo, desc="generate"):
-            record = {"system": system, "id": item["id"], "prompt": item["prompt"], "reference": item["reference"],
-                      **generators(system, item)}
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            done.append(record)
-    wanted = {p["id"] for p in prompts}
-    return [r for r in done if r["id"] in wanted and r["system"] in config.system_names], generators
+    passes = {"generations": (prompts, config.batch_size), "latency": (prompts[: config.latency_prompts], 1)}
+    finished = {}
+    for name, (subset, batch_size) in passes.items():
+        done, todo = _resume(out / f"{name}.jsonl", config.system_names, subset)
+        if name == "latency" and todo:  # warm-up, excluded from the timings: first calls build caches and kernels
+            for system in dict.fromkeys(s for s, _ in todo):
+                generators(system, [todo[0][1]])
+        finished[name] = done + _generate_into(out / f"{name}.jsonl", todo, generators, batch_size, name)
+    return finished["generations"], finished["latency"], generators
 
 
 def save_config(config: EvalConfig) -> None:

@@ -10,12 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from .compression import compression
-from .latency import summarize
+from .latency import STAGES, summarize
 from .mauve import causal_lm_features, gpt2_large_features, mauve_score, minilm_features
 from .perplexity import perplexity
+from .protocol import split_system
 from .repetition import diversity
-
-STAGES = ("retrieve", "extract", "encode", "decode")
 
 
 def featurize(texts: list[str], config, generators):
@@ -26,15 +25,27 @@ def featurize(texts: list[str], config, generators):
     return gpt2_large_features(texts)
 
 
-def score_system(records: list[dict], config, generators, reference_features) -> dict:
-    """Every metric of one system over its generations (records in prompt order)."""
+def latency_figures(timed: list[dict]) -> dict:
+    """Median and spread of end-to-end and decode-only seconds per prompt, and mean seconds by stage."""
+    if not timed:
+        return {"latency_prompts": 0}
+    totals = [sum(r["latency"].values()) for r in timed]
+    return {
+        "latency_prompts": len(timed),
+        "latency_median_s": summarize(totals).median, "latency_iqr_s": summarize(totals).iqr,
+        "decode_median_s": summarize([r["latency"]["decode"] for r in timed]).median,
+        "stage_means_s": {s: float(np.mean([r["latency"][s] for r in timed])) for s in STAGES},
+    }
+
+
+def score_system(records: list[dict], timed: list[dict], config, generators, reference_features) -> dict:
+    """Every metric of one system: quality over its generations (in prompt order), latency over ``timed``."""
     texts = [r["text"] for r in records]
     steps = [max(r["steps"], 1) for r in records]
     rep = diversity(texts)
     mauve = mauve_score(reference_features, featurize(texts, config, generators), seeds=range(config.mauve_seeds))
     ppl = perplexity(generators.lm, generators.tokenizer, texts, prefixes=[r["prompt"] for r in records])
     packed = compression(texts, steps, base_tokenizer=generators.tokenizer)
-    totals = [sum(r["latency"].values()) for r in records]
     return {
         "prompts": len(records),
         "mauve": 100 * mauve.mauve, "mauve_std": 100 * mauve.mauve_std,
@@ -43,21 +54,23 @@ def score_system(records: list[dict], config, generators, reference_features) ->
         "steps_per_sequence": packed.steps_per_sequence, "bytes_per_step": packed.bytes_per_step,
         "tokens_per_step": packed.tokens_per_step,
         "phrase_share": sum(r["phrase_steps"] for r in records) / sum(steps),
-        "latency_median_s": summarize(totals).median, "latency_iqr_s": summarize(totals).iqr,
-        "decode_median_s": summarize([r["latency"]["decode"] for r in records]).median,
-        "stage_means_s": {s: float(np.mean([r["latency"][s] for r in records])) for s in STAGES},
+        "phrases_per_prompt": float(np.mean([r["phrases"] for r in records])),
+        **latency_figures(timed),
         "mauve_settings": {k: v for k, v in asdict(mauve).items() if k not in ("mauve", "mauve_std", "scores")},
     }
 
 
-def score_all(records: list[dict], config, generators) -> dict:
+def score_all(records: list[dict], timed: list[dict], config, generators) -> dict:
+    """Figures of every system: ``records`` from the quality pass, ``timed`` from the latency pass."""
     ids = [r["id"] for r in records if r["system"] == config.system_names[0]]
     references = {r["id"]: r["reference"] for r in records}
     reference_features = featurize([references[i] for i in ids], config, generators)
     results = {}
     for system in config.system_names:
         by_id = {r["id"]: r for r in records if r["system"] == system}
-        results[system] = score_system([by_id[i] for i in ids], config, generators, reference_features)
+        results[system] = score_system(
+            [by_id[i] for i in ids], [r for r in timed if r["system"] == system], config, generators, reference_features
+        )
     return results
 
 
@@ -70,26 +83,35 @@ def environment() -> dict:
                        f"{'cuda' if torch.cuda.is_available() else 'cpu'}"}
 
 
+def latency_cell(m: dict) -> str:
+    if not m["latency_prompts"]:
+        return "not timed"
+    return f"{m['latency_median_s']:.2f} (IQR {m['latency_iqr_s']:.2f}; decode {m['decode_median_s']:.2f})"
+
+
 def markdown_table(results: dict) -> str:
     header = ("| system | MAUVE ↑ | Rep-2 ↓ | Rep-3 ↓ | Rep-4 ↓ | Diversity ↑ | PPL | steps/seq | bytes/step | "
-              "phrase steps | latency (s) |")
-    rows = [header, "|" + "---|" * 11]
+              "phrase steps | phrases/prompt | latency (s) |")
+    rows = [header, "|" + "---|" * 12]
     for system, m in results.items():
         rows.append(
             f"| {system} | {m['mauve']:.2f} ± {m['mauve_std']:.2f} | {m['rep2']:.2f} | {m['rep3']:.2f} | {m['rep4']:.2f} "
             f"| {m['diversity']:.2f} | {m['perplexity']:.2f} | {m['steps_per_sequence']:.1f} | {m['bytes_per_step']:.2f} "
-            f"| {100 * m['phrase_share']:.1f}% | {m['latency_median_s']:.2f} (decode {m['decode_median_s']:.2f}) |"
+            f"| {100 * m['phrase_share']:.1f}% | {m['phrases_per_prompt']:.0f} | {latency_cell(m)} |"
         )
     return "\n".join(rows) + "\n"
 
 
-def plot_latency(results: dict, path: Path) -> None:
+def plot_latency(results: dict, path: Path) -> bool:
+    """Mean seconds per prompt by stage for every timed system; False when none was timed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    systems = list(results)
+    systems = [s for s in results if results[s]["latency_prompts"]]
+    if not systems:
+        return False
     fig, ax = plt.subplots(figsize=(7, 3))
     left = np.zeros(len(systems))
     for stage in STAGES:
@@ -101,26 +123,87 @@ def plot_latency(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return True
 
 
-def write_report(results: dict, config, command: str) -> Path:
+def goals(results: dict, system: str = "dynamic", baseline: str = "bare") -> str:
+    """The report's goals for ``system`` against ``baseline``, met or missed and by how much."""
+    if system not in results or baseline not in results:
+        return ""
+    d, b = results[system], results[baseline]
+    ratio = d["steps_per_sequence"] / b["steps_per_sequence"]
+    spread = max(d["mauve_std"], b["mauve_std"])
+    lines = [
+        ("MAUVE higher", d["mauve"] > b["mauve"], f"{d['mauve']:.2f} against {b['mauve']:.2f} ({d['mauve'] - b['mauve']:+.2f}, "
+         + ("within" if abs(d["mauve"] - b["mauve"]) <= spread else "outside") + f" the seed spread of ± {spread:.2f})"),
+        ("Diversity higher", d["diversity"] > b["diversity"],
+         f"{d['diversity']:.2f} against {b['diversity']:.2f} ({d['diversity'] - b['diversity']:+.2f})"),
+        ("decoding steps per sequence at most 0.8×", ratio <= 0.8,
+         f"{d['steps_per_sequence']:.1f} against {b['steps_per_sequence']:.1f} ({ratio:.2f}×)"),
+    ]
+    rows = [f"- {goal}: **{'met' if met else 'missed'}**, {detail}" for goal, met, detail in lines]
+    return f"Goals for `{system}` against `{baseline}`:\n\n" + "\n".join(rows) + "\n"
+
+
+def plot_phrase_counts(results: dict, path: Path) -> bool:
+    """Phrase share, bytes per step, Diversity and MAUVE against phrases per prompt, over the trained
+    dynamic systems (``dynamic``, ``dynamic@N``, ``dynamic-no-phrases``); False when fewer than two."""
+    systems = [s for s in results if split_system(s)[0] in ("dynamic", "dynamic-no-phrases")]
+    systems.sort(key=lambda s: results[s]["phrases_per_prompt"])
+    if len({results[s]["phrases_per_prompt"] for s in systems}) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [results[s]["phrases_per_prompt"] for s in systems]
+    panels = [("phrase_share", "phrase steps", 100), ("bytes_per_step", "bytes per step", 1),
+              ("diversity", "Diversity", 1), ("mauve", "MAUVE", 1)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(12, 2.8))
+    for ax, (key, label, scale) in zip(axes, panels):
+        ax.plot(x, [scale * results[s][key] for s in systems], marker="o")
+        if "bare" in results:
+            ax.axhline(scale * results["bare"][key], color="gray", linestyle="--", label="bare LM")
+        ax.set_xscale("symlog", linthresh=10)
+        ax.set_xlim(0, 2 * max(x))
+        ax.set_xlabel("phrases per prompt")
+        ax.set_title(label + (" (%)" if scale == 100 else ""), fontsize=9)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_report(results: dict, config, command: str, systems: dict | None = None) -> Path:
+    """results.json (every figure and setting), report.md (the paper's layout) and latency.png."""
     out = Path(config.output_dir)
-    payload = {"config": asdict(config), "command": command, "environment": environment(), "results": results}
+    payload = {"config": asdict(config), "command": command, "environment": environment(), "systems": systems or {},
+               "results": results}
     (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
-    plot_latency(results, out / "latency.png")
+    timed = plot_latency(results, out / "latency.png")
+    swept = plot_phrase_counts(results, out / "phrases.png")
+    latency_prompts = max(m["latency_prompts"] for m in results.values())
     env = payload["environment"]
+    settings = "".join(f"- `{name}`: {json.dumps(value)}\n" for name, value in (systems or {}).items())
     text = (
         f"# Evaluation: {config.model}, {config.decoding} decoding\n\n"
         f"Command: `{command}`\n\n"
-        f"{config.num_prompts} held-out {config.data} documents, prefix {config.prefix_tokens} tokens, continuation "
-        f"{config.continuation_tokens} tokens (dynamic systems: the reference's character budget), phrases from the "
-        f"top-{config.top_k_docs} documents retrieved from `{config.index or config.data}`. MAUVE ×100 against the references with the "
-        f"{config.mauve_featurizer} featurizer, scaling 2.0, mean ± std over {config.mauve_seeds} seeds; Diversity ×100; "
-        f"PPL of the generated text under the bare LM; latency is end to end (retrieval and phrase encoding "
-        f"included), median per prompt, bare LM with its KV cache.\n\n"
+        f"{next(iter(results.values()))['prompts']} held-out {config.data} documents, prefix {config.prefix_tokens} tokens, continuation "
+        f"{config.continuation_tokens} tokens for the bare LM; the other systems get the reference's character budget. "
+        f"Phrases come from the top-{config.top_k_docs} documents retrieved from `{config.index or config.data}`. "
+        f"Quality figures come from generations in batches of {config.batch_size}; latency from the first "
+        f"{latency_prompts} prompts one at a time after a warm-up, end to end (tokenization, retrieval, phrase extraction "
+        f"and encoding included), median and interquartile range per prompt, every system with its KV cache. MAUVE ×100 "
+        f"against the references with the {config.mauve_featurizer} featurizer, scaling 2.0, mean ± std over "
+        f"{config.mauve_seeds} k-means seeds; Diversity ×100; PPL of the generated text under the bare LM.\n\n"
         f"Software: Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}; machine: {env['machine']}.\n\n"
         + markdown_table(results)
-        + "\n![latency by stage](latency.png)\n"
+        + "\n" + goals(results)
+        + (f"\nSystems:\n\n{settings}" if settings else "")
+        + ("\n![latency by stage](latency.png)\n" if timed else "")
+        + ("\n![metrics against phrases per prompt](phrases.png)\n" if swept else "")
     )
     (out / "report.md").write_text(text)
     return out / "report.md"

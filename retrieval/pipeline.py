@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -10,15 +11,15 @@ import torch
 from transformers import StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase, Segment
+from dynvocab.generation import generate_continuations
+from dynvocab.padding import pad_id
 from dynvocab.stopping import CharacterBudget
-from evals.latency import StageTimer
+from evals.latency import STAGES, StageTimer
 
 from .index import DocumentIndex
 from .phrases import extract_phrases
 
 logger = logging.getLogger(__name__)
-
-STAGES = ("retrieve", "extract", "encode", "decode")
 
 
 @dataclass
@@ -50,7 +51,8 @@ class PipelineConfig:
             raise ValueError(f"unit={self.unit!r}; choose 'tokens' or 'words'")
 
     def generation_kwargs(self) -> dict[str, Any]:
-        sampling = {"top_p": self.top_p, "temperature": self.temperature} if self.do_sample else {}
+        # pure nucleus sampling: top_k=0 lifts the default top-50 cut of the generation config
+        sampling = {"top_p": self.top_p, "top_k": 0, "temperature": self.temperature} if self.do_sample else {}
         return {"do_sample": self.do_sample, **sampling}
 
 
@@ -114,32 +116,53 @@ class PhrasePipeline:
 
     @torch.no_grad()
     def __call__(self, prompt: str) -> PipelineResult:
-        timer = StageTimer()
+        if not self.config.realtime:
+            return self.batch([prompt])[0]
+        timer = self._timer()
         with timer.stage("retrieve"):
             documents = self.index.search_documents([prompt], k=self.config.top_k)[0]
         with timer.stage("extract"):
             phrases = self.candidates(documents)
         prompt_ids = self.model.tokenizer(prompt, return_tensors="pt").input_ids.to(self.model.device)
-        if self.config.realtime:
-            ids = self._generate_realtime(prompt_ids, phrases, timer)
-        else:
-            with timer.stage("encode"):
-                self.model.set_phrases(phrases)
-            with timer.stage("decode"):
-                ids = self.model.generate(
-                    prompt_ids, max_new_tokens=self.config.max_new_tokens, **self.config.generation_kwargs(),
-                    stopping_criteria=character_budget(self.model, prompt_ids.shape[1], self.config.max_chars),
-                )
-        new = ids[0, prompt_ids.shape[1] :]
+        ids = self._generate_realtime(prompt_ids, phrases, timer)
+        new = ids[0, prompt_ids.shape[1] :].tolist()
+        return self._result(prompt, new, documents, len(phrases), timer.totals())
+
+    @torch.no_grad()
+    def batch(self, prompts: list[str], max_chars: Sequence[int] | None = None) -> list[PipelineResult]:
+        """Answer ``prompts`` in one left-padded batch, each row with its own phrase set.
+
+        ``max_chars`` gives each prompt its own character budget (default:
+        ``config.max_chars``). Stage times are the batch's, split evenly over its prompts.
+        """
+        c, model = self.config, self.model
+        if c.realtime:
+            raise ValueError("real-time mode answers one prompt at a time; call the pipeline on each prompt")
+        timer = self._timer()
+        with timer.stage("retrieve"):
+            documents = self.index.search_documents(prompts, k=c.top_k)
+        with timer.stage("extract"):
+            phrases = [self.candidates(found) for found in documents]
+        with timer.stage("encode"):
+            model.set_phrases(phrases if len(prompts) > 1 else phrases[0])
+        budgets = max_chars if max_chars is not None else [c.max_chars] * len(prompts) if c.max_chars else None
+        with timer.stage("decode"):
+            new = generate_continuations(
+                model, model.tokenizer(prompts)["input_ids"], pad_id(model.tokenizer), c.max_new_tokens,
+                decode=model.decode, max_chars=budgets, **c.generation_kwargs(),
+            )
+        shares = {stage: seconds / len(prompts) for stage, seconds in timer.totals().items()}
+        return [self._result(*row, shares) for row in zip(prompts, new, documents, map(len, phrases))]
+
+    def _timer(self) -> StageTimer:
+        """Stage timing; on a GPU queued kernels are waited for, so each stage is charged its own work."""
+        return StageTimer(synchronize=torch.cuda.synchronize if self.model.device.type == "cuda" else None)
+
+    def _result(self, prompt: str, new: list[int], documents: list[dict], num_phrases: int, latency: dict) -> PipelineResult:
         segments = self.model.segments(new, skip_special_tokens=True)
         return PipelineResult(
-            prompt=prompt,
-            text="".join(s.text for s in segments),
-            segments=segments,
-            documents=documents,
-            num_phrases=len(phrases),
-            steps=int(new.shape[0]),
-            latency={stage: timer.totals().get(stage, 0.0) for stage in STAGES},
+            prompt=prompt, text="".join(s.text for s in segments), segments=segments, documents=documents,
+            num_phrases=num_phrases, steps=len(new), latency={stage: latency.get(stage, 0.0) for stage in STAGES},
         )
 
     def _generate_realtime(self, prompt_ids: torch.Tensor, phrases: list[Phrase], timer: StageTimer) -> torch.Tensor:

@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .corpus import WIKIPEDIA_HELD_OUT
 from .negatives import SOURCES
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ class TrainConfig:
     data: str = field(default="wikipedia", metadata={"help": "Text/JSONL file, datasets name or dir; 'wikipedia' is the offline asset."})
     output_dir: str = field(default="runs/dynvocab", metadata={"help": "Checkpoints and logs go here."})
     text_field: str = field(default="text", metadata={"help": "Field holding the text in JSONL files and datasets."})
-    held_out: float = field(default=0.05, metadata={"help": "Share of the offline Wikipedia leads held out from training."})
+    held_out: float = field(default=WIKIPEDIA_HELD_OUT, metadata={"help": "Share of the offline Wikipedia leads held out from training."})
     phrases: str = field(default="n-words", metadata={"help": f"Phrase source of the samples: one of {PHRASE_SOURCES}."})
     negatives: str = field(
         default="in-batch,pre-batch,prefix,self-retrieval", metadata={"help": f"Comma-separated negatives from {SOURCES}."}

@@ -54,9 +54,13 @@ def word_start_flags(tokenizer: PreTrainedTokenizerBase) -> tuple[np.ndarray, np
     return space, first, last
 
 
-def _boundary_before(flat: np.ndarray, tokenizer) -> np.ndarray:
-    """``out[i]`` is true when a word boundary lies just before position ``i`` of ``flat``. Shape ``(len(flat)+1,)``."""
-    space, first, last = word_start_flags(tokenizer)
+def word_boundaries(flat: np.ndarray, flags: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """``out[i]`` is true when a word boundary lies just before position ``i`` of ``flat``. Shape ``(len(flat)+1,)``.
+
+    ``flat`` holds token ids, sequences separated by ``-1``; ``flags`` come from
+    :func:`word_start_flags`.
+    """
+    space, first, last = flags
     ids = np.where(flat == _SEPARATOR, 0, flat)
     if ids.size and ids.max() >= space.size:
         raise ValueError(
@@ -84,7 +88,7 @@ def mine_ngram_counts(
     if min_count < 1:
         raise ValueError(f"min_count={min_count} must be >= 1 occurrences; pass e.g. 5")
     flat = _concatenate(token_sequences)
-    boundary = _boundary_before(flat, tokenizer) if tokenizer is not None else None
+    boundary = word_boundaries(flat, word_start_flags(tokenizer)) if tokenizer is not None else None
     found: list[tuple[tuple[int, ...], int]] = []
     positions = np.flatnonzero(flat != _SEPARATOR)
     ids = flat[positions]  # id of the n-gram starting at each position, at the current level

@@ -65,9 +65,26 @@ def build_model(config: TrainConfig) -> DynamicVocabLM:
 
 
 def training_texts(config: TrainConfig) -> list[str] | Iterator[str]:
+    """The training part of ``config.data``; the offline Wikipedia split does not depend on ``config.seed``,
+    so the held-out documents that ``dynvocab eval`` uses are never trained on."""
     if config.data == "wikipedia":
-        return wikipedia_split(held_out=config.held_out, seed=config.seed)[0]
+        return wikipedia_split(held_out=config.held_out)[0]
     return iter_texts(config.data, text_field=config.text_field)
+
+
+def epoch_texts(config: TrainConfig, epoch: int) -> list[str] | Iterator[str]:
+    """One epoch of training texts: an in-memory corpus reshuffled with ``config.seed + epoch``; a file or dataset streams in order."""
+    texts = training_texts(config)
+    if isinstance(texts, list):
+        texts = random.Random(config.seed + epoch).sample(texts, len(texts))
+    return texts
+
+
+def mixed_precision(setting: str) -> str:
+    """``'auto'`` becomes ``'bf16'`` where a GPU supports it, else ``'no'``; other settings pass through."""
+    if setting != "auto":
+        return setting
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
 
 
 def sample_stream(config: TrainConfig, tokenizer, support: list[list[int]]) -> Iterator[list]:
@@ -83,10 +100,7 @@ def sample_stream(config: TrainConfig, tokenizer, support: list[list[int]]) -> I
 
     def epochs() -> Iterator:
         for epoch in itertools.count():
-            texts = training_texts(config)
-            if isinstance(texts, list):  # in memory: shuffle each epoch; a file or dataset streams in order
-                texts = random.Random(config.seed + epoch).sample(texts, len(texts))
-            yield from build_samples(texts, tokenizer, sampler, config.max_length, seed=rng)
+            yield from build_samples(epoch_texts(config, epoch), tokenizer, sampler, config.max_length, seed=rng)
 
     samples = epochs()
     while True:
@@ -98,10 +112,9 @@ class Trainer:
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
-        precision = config.mixed_precision
-        if precision == "auto":
-            precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-        self.accelerator = Accelerator(gradient_accumulation_steps=config.grad_accum, mixed_precision=precision)
+        self.accelerator = Accelerator(
+            gradient_accumulation_steps=config.grad_accum, mixed_precision=mixed_precision(config.mixed_precision)
+        )
         set_seed(config.seed)
         self.model = build_model(config)
         self.tokenizer = self.model.tokenizer

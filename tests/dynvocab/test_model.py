@@ -188,3 +188,34 @@ def test_a_bfloat16_phrase_table_scores_close_to_float32(base_model, tokenizer):
     assert b.dtype == torch.float32
     torch.testing.assert_close(b[..., : exact.vocab_size], a[..., : exact.vocab_size])
     torch.testing.assert_close(b[..., exact.vocab_size :], a[..., exact.vocab_size :], rtol=0.02, atol=0.02)
+
+
+def test_generate_continuations_stops_each_row_at_its_own_character_budget(llama, tokenizer):
+    from dynvocab.generation import generate_continuations
+
+    prompts = [tokenizer("The cat sat")["input_ids"], tokenizer("A much longer prompt about the city of Rome")["input_ids"]]
+    new = generate_continuations(llama, prompts, tokenizer.eos_token_id, 40, decode=tokenizer.decode, max_chars=[5, 25])
+    for ids, budget in zip(new, (5, 25)):
+        text = tokenizer.decode(ids)
+        assert len(text) >= budget and len(tokenizer.decode(ids[:-1])) < budget
+    unbounded = generate_continuations(llama, prompts, tokenizer.eos_token_id, 6)
+    assert [len(ids) for ids in unbounded] == [6, 6]
+    with pytest.raises(ValueError, match="needs decode"):
+        generate_continuations(llama, prompts, tokenizer.eos_token_id, 6, max_chars=[5, 5])
+
+
+def test_continuations_end_at_their_first_end_of_text_token_which_counts_as_a_step(llama, tokenizer):
+    from dynvocab.generation import generate_continuations
+
+    prompts = [tokenizer("The cat sat")["input_ids"], tokenizer("A much longer prompt about Rome")["input_ids"]]
+    free = generate_continuations(llama, prompts, tokenizer.eos_token_id, 8, eos_token_id=-5)
+    stop = free[0][2]
+    first = free[0].index(stop)
+    ended = generate_continuations(llama, prompts, tokenizer.eos_token_id, 8, eos_token_id=stop)
+    assert ended[0] == free[0][: first + 1]
+    # padding with the end-of-text id: a row stopped by its budget does not count the padding
+    budget = len(tokenizer.decode(free[1][:2]))
+    padded = generate_continuations(llama, prompts, stop, 8, decode=tokenizer.decode, max_chars=[10**6, budget],
+                                    eos_token_id=stop)
+    assert padded[0] == free[0][: first + 1] and padded[1] == free[1][: len(padded[1])]
+    assert len(tokenizer.decode(padded[1])) >= budget > len(tokenizer.decode(padded[1][:-1]))

@@ -1,11 +1,13 @@
 import json
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM
 
 from dynvocab import DynamicVocabLM
 from dynvocab.cli import main
 from dynvocab.demo import corpus_split
+from evals.baselines import MultiWordLM, MultiWordVocab
 
 
 @pytest.fixture(scope="module")
@@ -15,6 +17,11 @@ def workspace(tmp_path_factory, tiny_lm_dir, tiny_encoder_dir, _gpt2_tokenizer):
     (root / "doc-encoder").symlink_to(tiny_encoder_dir)
     lm = AutoModelForCausalLM.from_pretrained(tiny_lm_dir)
     DynamicVocabLM.from_causal_lm(lm, _gpt2_tokenizer).save_pretrained(root / "encoder-ckpt")
+    vocab = MultiWordVocab.mine([d["text"] for d in corpus_split("wikipedia")[0][:100]], _gpt2_tokenizer, len(_gpt2_tokenizer), 30)
+    mwt = MultiWordLM.from_causal_lm(AutoModelForCausalLM.from_pretrained(tiny_lm_dir), vocab)
+    with torch.no_grad():  # large output rows: the random LM then emits n-grams
+        MultiWordLM.embedding_matrices(mwt.lm)[-1][len(_gpt2_tokenizer) :] *= 1000
+    mwt.save_pretrained(root / "mwt")
     docs = corpus_split("wikipedia")[0][:40]
     (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     main(["index", "--data", str(root / "docs.jsonl"), "--output", str(root / "index"), "--encoder", str(root / "doc-encoder")])
@@ -23,7 +30,8 @@ def workspace(tmp_path_factory, tiny_lm_dir, tiny_encoder_dir, _gpt2_tokenizer):
 
 def eval_args(root, **extra):
     args = ["eval", "--model", str(root / "lm"), "--checkpoint", str(root / "encoder-ckpt"), "--index", str(root / "index"),
-            "--encoder", str(root / "doc-encoder"), "--systems", "bare,dynamic,dynamic-no-phrases", "--num-prompts", "12",
+            "--encoder", str(root / "doc-encoder"), "--mwt-checkpoint", str(root / "mwt"), "--num-prompts", "12",
+            "--batch-size", "5", "--latency-prompts", "3",
             "--prefix-tokens", "8", "--continuation-tokens", "8", "--top-k-docs", "4", "--mauve-featurizer", "lm",
             "--mauve-seeds", "2", "--output-dir", str(root / "out")]
     return args + [item for pair in extra.items() for item in pair]
@@ -32,20 +40,60 @@ def eval_args(root, **extra):
 def test_eval_writes_every_figure_and_resumes(workspace, capsys):
     main(eval_args(workspace))
     results = json.loads((workspace / "out" / "results.json").read_text())
-    assert set(results["results"]) == {"bare", "dynamic", "dynamic-no-phrases"}
+    assert set(results["results"]) == {"bare", "dynamic", "dynamic-no-phrases", "mwt"}
+    assert set(results["systems"]) == set(results["results"]) and results["systems"]["mwt"]["ngrams"] == 30
     bare, no_phrases = results["results"]["bare"], results["results"]["dynamic-no-phrases"]
     assert bare["steps_per_sequence"] == 8 and bare["phrase_share"] == 0
-    assert no_phrases["phrase_share"] == 0
+    assert no_phrases["phrase_share"] == 0 and results["results"]["mwt"]["phrase_share"] > 0
+    assert all(m["latency_prompts"] == 3 and m["latency_median_s"] > 0 for m in results["results"].values())
     assert 0 <= results["results"]["dynamic"]["mauve"] <= 100
     assert results["config"]["num_prompts"] == 12 and "command" in results
     assert (workspace / "out" / "latency.png").stat().st_size > 0
-    assert "| bare |" in (workspace / "out" / "report.md").read_text()
+    assert (workspace / "out" / "phrases.png").stat().st_size > 0  # dynamic against dynamic-no-phrases
+    report = (workspace / "out" / "report.md").read_text()
+    assert "| bare |" in report and "| mwt |" in report and "Diversity higher: **" in report
     lines = (workspace / "out" / "generations.jsonl").read_text().splitlines()
-    assert len(lines) == 36
+    timed = (workspace / "out" / "latency.jsonl").read_text().splitlines()
+    assert len(lines) == 48 and len(timed) == 12
+    records = [json.loads(line) for line in lines]
+    assert {r["batch_size"] for r in records} == {5, 2} and {json.loads(t)["batch_size"] for t in timed} == {1}
     main(eval_args(workspace))  # resumed: nothing is generated again
     assert (workspace / "out" / "generations.jsonl").read_text().splitlines() == lines
-    records = [json.loads(line) for line in lines]
+    assert (workspace / "out" / "latency.jsonl").read_text().splitlines() == timed
     bare = {r["id"]: r["text"] for r in records if r["system"] == "bare"}
     for record in records:  # with no phrases the dynamic model is the bare LM (it stops by characters instead)
         if record["system"] == "dynamic-no-phrases":
             assert bare[record["id"]].startswith(record["text"]) or record["text"].startswith(bare[record["id"]])
+
+
+def test_system_names_are_checked():
+    from evals.protocol import EvalConfig, split_system
+
+    assert split_system("dynamic@256") == ("dynamic", 256) and split_system("mwt") == ("mwt", None)
+    EvalConfig(systems="bare,dynamic@64,dynamic-untrained@8")
+    for bad in ("bare@5", "dynamic@0", "dynamic@x", "mwt2"):
+        with pytest.raises(ValueError, match="unknown names"):
+            EvalConfig(systems=bad)
+
+
+def test_a_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_refused(tmp_path):
+    from evals.protocol import read_records
+
+    path = tmp_path / "generations.jsonl"
+    path.write_text('{"id": 1}\n{"id": 2}\n{"id": 3, "te')
+    assert read_records(path) == [{"id": 1}, {"id": 2}]
+    assert path.read_text() == '{"id": 1}\n{"id": 2}\n'
+    path.write_text('{"id": 1}\nnot json\n{"id": 3}\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        read_records(path)
+
+
+def test_resuming_under_other_generation_settings_is_refused(tmp_path, capsys):
+    from dataclasses import asdict
+
+    from evals.protocol import EvalConfig
+
+    (tmp_path / "eval_config.json").write_text(json.dumps(asdict(EvalConfig(output_dir=str(tmp_path)))))
+    with pytest.raises(SystemExit):
+        main(["eval", "--decoding", "nucleus", "--output-dir", str(tmp_path)])
+    assert "other settings (decoding='greedy')" in capsys.readouterr().err

@@ -78,3 +78,26 @@ def test_realtime_drop_unused_keeps_generated_phrases_readable(pipeline):
     result = pipeline("Which river flows through New York City?")
     first = pipeline.candidates(result.documents)[0].text
     assert result.text == first * 8
+
+
+def test_a_batch_gives_each_prompt_its_own_phrases_and_budget(pipeline):
+    from dynvocab.scoring import DotProductScorer
+
+    class PreferPhrases(DotProductScorer):
+        def forward(self, hidden, vectors, mask=None):
+            return super().forward(hidden, vectors, mask) + 1e4  # a masked phrase stays at -inf
+
+    pipeline.model.scorer = PreferPhrases()
+    prompts = ["Which river flows through New York City?", "Tokyo"]
+    results = pipeline.batch(prompts, max_chars=[30, 10])
+    assert [r.documents[0]["id"] for r in results] == ["nyc", "tokyo"]
+    for result, budget in zip(results, (30, 10)):  # every step is a phrase of the row's own document
+        assert result.phrase_steps == result.steps > 0
+        assert {s.source for s in result.segments} == {result.documents[0]["id"]}
+        assert budget <= len(result.text) < budget + 40  # stops at the first step past its budget
+
+
+def test_a_batch_matches_one_prompt_at_a_time_under_greedy_decoding(pipeline):
+    prompts = ["Which river flows through New York City?", "The capital of Japan"]
+    alone = [pipeline(p).text for p in prompts]
+    assert [r.text for r in pipeline.batch(prompts)] == alone
