@@ -206,7 +206,10 @@ class Generators:
         return chosen
 
     def sampling(self) -> dict:
-        return {"do_sample": True, "top_p": self.config.top_p, "top_k": 0} if self.config.decoding == "nucleus" else {"do_sample": False}
+        """``generate`` arguments of the configured decoding, the same for every system (pure nucleus: no top-k)."""
+        from retrieval.pipeline import PipelineConfig
+
+        return PipelineConfig(do_sample=self.config.decoding == "nucleus", top_p=self.config.top_p).generation_kwargs()
 
     @torch.no_grad()
     def __call__(self, system: str, items: list[dict]) -> list[dict]:
@@ -254,7 +257,7 @@ class Generators:
             top_k=self.config.top_k_docs, max_phrases=self.config.max_phrases if max_phrases is None else max_phrases,
             max_new_tokens=2 * self.config.continuation_tokens, do_sample=self.config.decoding == "nucleus",
             top_p=self.config.top_p,
-        )
+        )  # its generation_kwargs() are what sampling() gives the other systems
         results = PhrasePipeline(model, self.index, pipeline_config).batch(
             [item["prompt"] for item in items], max_chars=[len(item["reference"]) for item in items]
         )
