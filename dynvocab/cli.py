@@ -84,12 +84,13 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> None:
     from evals.protocol import EvalConfig, generate_all
-    from evals.report import score_all, write_report
+    from evals.report import mauve_bounds, score_all, write_report
 
     config = dataclass_from_args(EvalConfig, args)
     records, timed, generators = generate_all(config)
     results = score_all(records, timed, config, generators)
-    report = write_report(results, config, "dynvocab " + " ".join(args.argv), generators.settings())
+    bounds = mauve_bounds(records, config, generators)
+    report = write_report(results, config, "dynvocab " + " ".join(args.argv), generators.settings(), bounds)
     print(report.read_text())
 
 

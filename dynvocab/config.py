@@ -33,6 +33,17 @@ class DynamicVocabConfig:
         default="float32",
         metadata={"help": "Storage and scoring dtype of phrase output vectors; 'bfloat16' halves memory and time for huge tables."},
     )
+    readback: str = field(
+        default="tokens",
+        metadata={"help": "How generate() reads an emitted phrase back: 'tokens' (its LM tokens in one cached "
+                          "forward call, one decoding step) or 'vector' (the phrase encoder's input vector, the paper's)."},
+    )
+    phrase_score_scale: float = field(
+        default=1.0, metadata={"help": "Calibration: phrase logits are scale * (h . e_out) + bias, next to the LM's own."}
+    )
+    phrase_score_bias: float = field(
+        default=0.0, metadata={"help": "Calibration bias added to every phrase logit (negative: phrases win less often)."}
+    )
     encode_batch_size: int = field(default=256, metadata={"help": "Phrases encoded per forward pass when caching vectors."})
     base_model_type: str | None = field(default=None, metadata={"help": "model_type of the wrapped LM."})
     base_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the wrapped LM."})
@@ -51,6 +62,10 @@ class DynamicVocabConfig:
             raise ValueError(f"head_hidden_size must be positive or None, got {self.head_hidden_size}")
         if self.phrase_dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"phrase_dtype must be 'float32', 'bfloat16' or 'float16', got {self.phrase_dtype!r}")
+        if self.readback not in ("tokens", "vector"):
+            raise ValueError(f"readback must be 'tokens' or 'vector', got {self.readback!r}")
+        if not self.phrase_score_scale > 0:
+            raise ValueError(f"phrase_score_scale must be > 0, got {self.phrase_score_scale}")
         if self.encode_batch_size < 1:
             raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
 

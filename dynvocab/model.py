@@ -9,13 +9,16 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel, TextStreamer
+from transformers import GenerationMixin, LogitsProcessorList, PreTrainedModel, TextStreamer
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from . import text
 from .config import DynamicVocabConfig
+from .agreement import PhraseAgreement
 from .phrase_encoder import PhraseEncoder, unwrap_model
-from .phrase_table import PhraseLike, PhraseTable, as_phrase
+from .phrase_table import Phrase, PhraseLike, PhraseTable, as_phrase
+from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
+from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
 
 logger = logging.getLogger(__name__)
@@ -101,14 +104,20 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
     def phrases(self) -> list:
         return list(self.phrase_table.phrases)
 
-    def set_phrases(self, phrases: Sequence[PhraseLike] | Sequence[Sequence[PhraseLike]]) -> None:
+    def set_phrases(
+        self, phrases: Sequence[PhraseLike] | Sequence[Sequence[PhraseLike]], mid_sentence_forms: bool = True
+    ) -> None:
         """Replace the phrase set. A list of lists gives each batch row its own set.
 
         Vectors of phrases already in the table are reused; only new ones are encoded.
+        With ``mid_sentence_forms`` a phrase written without its leading space also enters
+        in the form running text uses (see ``with_mid_sentence_forms``); phrases cut from
+        documents already carry their space and are passed with it off.
         """
         per_row = bool(phrases) and all(isinstance(p, (list, tuple)) for p in phrases)
         rows = list(phrases) if per_row else [list(phrases)]
-        checked = [self.phrase_table.validate(row) for row in rows]
+        expand = self.with_mid_sentence_forms if mid_sentence_forms else lambda row: row
+        checked = [self.phrase_table.validate(expand(row)) for row in rows]
         wanted = {p.text for row in checked for p, _ in row}
         self.phrase_table.keep([i for i, p in enumerate(self.phrase_table.phrases) if p.text in wanted])
         for row in checked:
@@ -116,10 +125,10 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self._row_masks = self._build_row_masks(checked) if per_row else None
         self.refresh_phrase_vectors(only_new=True)
 
-    def add_phrases(self, phrases: Sequence[PhraseLike]) -> None:
+    def add_phrases(self, phrases: Sequence[PhraseLike], mid_sentence_forms: bool = True) -> None:
         """Add phrases to the shared set (every row may use them); only new ones are encoded."""
         before = len(self.phrase_table)
-        self.phrase_table.add(phrases)
+        self.phrase_table.add(self.with_mid_sentence_forms(phrases) if mid_sentence_forms else phrases)
         if self._row_masks is not None:
             grown = torch.ones(self._row_masks.shape[0], len(self.phrase_table), dtype=torch.bool)
             grown[:, :before] = self._row_masks
@@ -128,11 +137,28 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     def remove_phrases(self, phrases: Sequence[PhraseLike]) -> None:
         """Remove phrases; ids of later phrases move down by the number removed."""
-        keep_texts = {p.text for p in self.phrase_table.phrases} - {as_phrase(p).text for p in phrases}
+        keep_texts = {p.text for p in self.phrase_table.phrases} - {p.text for p in self.with_mid_sentence_forms(phrases)}
         kept = [i for i, p in enumerate(self.phrase_table.phrases) if p.text in keep_texts]
         if self._row_masks is not None:
             self._row_masks = self._row_masks[:, kept]
         self.phrase_table.keep(kept)
+
+    def with_mid_sentence_forms(self, phrases: Sequence[PhraseLike]) -> list[Phrase]:
+        """``phrases`` plus, for each one written without a leading space ("New York City"), the form
+        running text uses mid-sentence (" New York City", same source), when the tokenizer folds
+        that space into the first token (GPT-2 and Llama-3-style byte-level BPE do)."""
+        phrases = [as_phrase(p) for p in phrases]
+        plain = [p for p in phrases if p.text[:1].isalnum()]
+        if not plain:
+            return phrases
+        encode = self.tokenizer([p.text for p in plain] + [" " + p.text for p in plain], add_special_tokens=False)
+        ids = encode["input_ids"]
+        spaced = [
+            Phrase(" " + p.text, p.source)
+            for p, bare, with_space in zip(plain, ids[: len(plain)], ids[len(plain) :])
+            if len(with_space) <= len(bare) and with_space != bare
+        ]
+        return phrases + spaced
 
     def _build_row_masks(self, rows) -> torch.Tensor:
         masks = torch.zeros(len(rows), len(self.phrase_table), dtype=torch.bool)
@@ -236,6 +262,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         phrase_mask: torch.Tensor | None = None,
         phrase_vectors: tuple[torch.Tensor, torch.Tensor] | None = None,
         output_hidden_states: bool | None = None,
+        readback_widths: torch.Tensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """Logits over ``V + P``: the LM's own next to ``h · e_out(p)`` for every phrase.
@@ -247,6 +274,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             phrase_vectors: ``(P, d)`` input and output vectors to use instead of the
                 cached table (training passes freshly encoded, differentiable ones).
             labels: ``(B, T)`` mixed ids; the loss is next-id cross-entropy over ``V + P``.
+            readback_widths: set by ``prepare_inputs_for_generation`` under ``readback="tokens"``:
+                the slots each logical step takes in the cache, recorded on it.
         """
         vec_in, vec_out = phrase_vectors if phrase_vectors is not None else self._cached_vectors()
         if inputs_embeds is None:
@@ -266,6 +295,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             return_dict=True,
             **kwargs,
         )
+        if readback_widths is not None and out.past_key_values is not None:
+            setattr(out.past_key_values, WIDTHS_ATTRIBUTE, readback_widths)
         logits = out.logits
         if vec_out is not None and vec_out.shape[0]:
             hidden = out.hidden_states[-1]
@@ -273,7 +304,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
                 hidden = hidden[:, -logits_to_keep:]
             if phrase_mask is not None:
                 phrase_mask = phrase_mask.to(hidden.device)
-            logits = torch.cat([logits, self.scorer(hidden, vec_out, phrase_mask).to(logits.dtype)], dim=-1)
+            logits = torch.cat([logits, self._calibrated(self.scorer(hidden, vec_out, phrase_mask)).to(logits.dtype)], dim=-1)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(
@@ -286,6 +317,11 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             hidden_states=out.hidden_states if output_hidden_states else None,
         )
 
+    def _calibrated(self, scores: torch.Tensor) -> torch.Tensor:
+        """``scale * scores + bias`` from the config (a ``-inf`` of a masked phrase stays ``-inf``)."""
+        scale, bias = self.dynvocab_config.phrase_score_scale, self.dynvocab_config.phrase_score_bias
+        return scores if (scale, bias) == (1.0, 0.0) else scores * scale + bias
+
     def _default_row_mask(self, batch_size: int) -> torch.Tensor:
         rows = self._row_masks.shape[0]
         if batch_size % rows:
@@ -296,14 +332,55 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         return self._row_masks.repeat_interleave(batch_size // rows, dim=0)
 
     # ------------------------------------------------------------------ generation
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, past_key_values=None, attention_mask=None,
+                                      **kwargs) -> dict:
+        """``generate``'s per-step inputs; under ``readback="tokens"`` an emitted phrase is fed as its tokens.
+
+        ``input_ids`` ``(B, L)`` are all logical ids so far. The cache records how many
+        slots each step took, so only the steps it lacks are expanded and fed.
+        """
+        if self.dynvocab_config.readback != "tokens":
+            return super().prepare_inputs_for_generation(
+                input_ids, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
+            )
+        kwargs.pop("next_sequence_length", None)
+        kwargs.pop("position_ids", None)
+        kwargs.pop("is_first_iteration", None)
+        kwargs.pop("inputs_embeds", None)
+        cached = None
+        if past_key_values is not None and past_key_values.get_seq_length() > 0:
+            cached = getattr(past_key_values, WIDTHS_ATTRIBUTE, None)
+            if cached is None:  # a cache filled one slot per step (e.g. by the vector read-back)
+                cached = torch.ones(past_key_values.get_seq_length(), dtype=torch.long, device=input_ids.device)
+        table, lengths = self._expansions(input_ids.device)
+        physical = physical_inputs(input_ids, attention_mask, cached, self.vocab_size, table, lengths)
+        inputs = {
+            "input_ids": physical.input_ids, "attention_mask": physical.attention_mask,
+            "position_ids": physical.position_ids, "past_key_values": past_key_values,
+            "readback_widths": physical.widths,
+        }
+        return inputs | {k: v for k, v in kwargs.items() if k not in ("labels",)}
+
+    def _expansions(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The phrase table's tokens for the token read-back, rebuilt when the table changes."""
+        key = (tuple(self.phrase_table.token_ids), device)
+        if getattr(self, "_expansion_key", None) != key:
+            self._expansion_cache = expansion_table(self.phrase_table.token_ids or [(0,)], device)
+            self._expansion_key = key
+        return self._expansion_cache
+
     def generate(self, *args, **kwargs):
         """``transformers`` generation over tokens and phrases; takes all the usual arguments.
 
         Per-row phrase sets follow their rows through beam search and
         ``num_return_sequences``. Returned ids ``>= V`` are phrases: see ``decode`` and
-        ``segments``.
+        ``segments``. ``no_repeat_ngram_size`` and ``repetition_penalty`` count a phrase
+        as the tokens it spells (``dynvocab.repetition``), so a phrase cannot loop;
+        ``phrase_agreement_top_k=k`` lets a phrase start only with one of the LM's top-k
+        tokens (``dynvocab.agreement``).
         """
         self._cached_vectors()
+        kwargs = self._phrase_aware_repetition(kwargs)
         if self._row_masks is not None and kwargs.get("phrase_mask") is None:
             inputs = kwargs.get("input_ids", args[0] if args else None)
             batch = inputs.shape[0] if inputs is not None else kwargs["inputs_embeds"].shape[0]
@@ -314,6 +391,20 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
                 )
             kwargs["phrase_mask"] = self._row_masks.to(self.device)
         return super().generate(*args, **kwargs)
+
+    def _phrase_aware_repetition(self, kwargs: dict) -> dict:
+        """Swap ``no_repeat_ngram_size`` / ``repetition_penalty`` for processors that see phrases as tokens,
+        and turn ``phrase_agreement_top_k`` into ``PhraseAgreement``."""
+        ngram, penalty = kwargs.pop("no_repeat_ngram_size", None), kwargs.pop("repetition_penalty", None)
+        agreement = kwargs.pop("phrase_agreement_top_k", None)
+        processors = [PhraseAgreement(agreement, self.vocab_size, self.phrase_table.token_ids)] if agreement else []
+        if ngram:
+            processors.append(PhraseNoRepeatNGram(ngram, self.vocab_size, self.phrase_table.token_ids))
+        if penalty is not None and penalty != 1.0:
+            processors.append(PhraseRepetitionPenalty(penalty, self.vocab_size, self.phrase_table.token_ids))
+        if processors:
+            kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), *processors])
+        return kwargs
 
     # ------------------------------------------------------------------ saving
     def save_pretrained(self, save_directory, save_phrases: bool = False, **_) -> None:

@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .latency import STAGES
+from .latency import STAGES, StageTimer
+from .systems import BASES, OPTIONS, SystemSpec, parse_system
 
 logger = logging.getLogger(__name__)
 
-SYSTEMS = ("bare", "dynamic", "dynamic-untrained", "dynamic-no-phrases", "mwt")
 #: the MWT baseline trained by `dynvocab train-mwt` with the shipped phrase encoder's budget (settings inside)
 SHIPPED_MWT = Path(__file__).resolve().parents[1] / "examples" / "checkpoints" / "smollm2-wikipedia-mwt"
 
@@ -45,7 +45,8 @@ class EvalConfig:
     mwt_checkpoint: str | None = field(default=None, metadata={"help": "MWT baseline from `dynvocab train-mwt`; default: the shipped one."})
     systems: str = field(
         default="bare,dynamic,dynamic-no-phrases,mwt",
-        metadata={"help": f"Comma-separated systems from {SYSTEMS}; 'dynamic@256' caps the phrases per prompt at 256."},
+        metadata={"help": f"Comma-separated systems from {sorted(BASES)}, each optionally with '@N' phrases and "
+                          f":key=value settings from {sorted(OPTIONS)}, e.g. dynamic@256:readback=vector."},
     )
     num_prompts: int = field(default=200, metadata={"help": "Held-out documents used as prompts."})
     prefix_tokens: int = field(default=32, metadata={"help": "Prompt length in LM tokens."})
@@ -56,18 +57,25 @@ class EvalConfig:
     max_phrases: int = field(default=2048, metadata={"help": "Phrases plugged in per prompt at most."})
     batch_size: int = field(default=8, metadata={"help": "Prompts generated together in the quality pass."})
     latency_prompts: int = field(default=20, metadata={"help": "Prompts timed one at a time (the latency pass; 0 skips it)."})
-    mauve_featurizer: str = field(default="minilm", metadata={"help": "'minilm', 'lm' (the scorer LM) or 'gpt2-large'."})
+    readback: str = field(default="tokens", metadata={"help": "Dynamic systems: read an emitted phrase back as 'tokens' or 'vector'."})
+    edges: str = field(default="content", metadata={"help": "Dynamic systems: phrase edges, 'content' or 'any'."})
+    ranking: str = field(default="relevance", metadata={"help": "Dynamic systems: phrase order, 'relevance' or 'frequency'."})
+    phrase_bias: float = field(default=0.0, metadata={"help": "Dynamic systems: calibration bias added to phrase logits."})
+    no_repeat_ngram_size: int = field(default=0, metadata={"help": "Every system: no repeated token n-gram (phrases spelled out; 0: off)."})
+    repetition_penalty: float = field(default=1.0, metadata={"help": "Every system: CTRL repetition penalty (1: off)."})
+    rag_documents: int = field(default=3, metadata={"help": "bare-rag systems: retrieved documents put in the context."})
+    rag_document_tokens: int = field(default=192, metadata={"help": "bare-rag systems: tokens kept of each document."})
+    lookup_tokens: int = field(default=10, metadata={"help": "bare-rag-lookup: prompt_lookup_num_tokens."})
+    mauve_featurizer: str = field(default="lm", metadata={"help": "'lm' (the scorer LM's last-token state), 'minilm' or 'gpt2-large'."})
     mauve_seeds: int = field(default=3, metadata={"help": "MAUVE runs with different k-means seeds."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     output_dir: str = field(default="runs/eval", metadata={"help": "generations.jsonl, results.json, report.md, plots."})
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.system_names if not _known_system(s)]
-        if unknown:
-            raise ValueError(
-                f"systems={self.systems!r} has unknown names {unknown}; choose from {list(SYSTEMS)}, "
-                "optionally a dynamic one with '@N' phrases per prompt (e.g. dynamic@256)"
-            )
+        for name in self.system_names:
+            parse_system(name)
+        if not self.system_names:
+            raise ValueError(f"systems={self.systems!r} names no system; e.g. --systems bare,dynamic")
         if self.data not in ("wikipedia", "licenses"):
             raise ValueError(f"data={self.data!r}; choose 'wikipedia' or 'licenses'")
         if self.decoding not in ("greedy", "nucleus"):
@@ -82,22 +90,6 @@ class EvalConfig:
     @property
     def system_names(self) -> list[str]:
         return [s.strip() for s in self.systems.split(",") if s.strip()]
-
-
-def split_system(name: str) -> tuple[str, int | None]:
-    """``"dynamic@256"`` -> ``("dynamic", 256)``; a name without ``@`` has no phrase cap of its own."""
-    base, at, cap = name.partition("@")
-    if at and not (cap.isdigit() and int(cap) > 0):
-        raise ValueError(f"system {name!r}: write the phrase cap as a positive number, e.g. dynamic@256")
-    return base, int(cap) if at else None
-
-
-def _known_system(name: str) -> bool:
-    try:
-        base, cap = split_system(name)
-    except ValueError:
-        return False
-    return base in SYSTEMS and (cap is None or base in ("dynamic", "dynamic-untrained"))
 
 
 def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
@@ -179,11 +171,11 @@ class Generators:
         return self._index
 
     def settings(self) -> dict[str, dict]:
-        """What each evaluated system is, for the report: checkpoints, budgets and training settings."""
+        """What each evaluated system is, for the report: checkpoints, budgets, its own settings and training."""
         from dynvocab.demo import SHIPPED_ENCODER
 
-        c, decoding = self.config, self.sampling()
-        budget = {"max_chars": "the reference's", "max_new_tokens": 2 * c.continuation_tokens, **decoding}
+        c = self.config
+        budget = {"max_chars": "the reference's", "max_new_tokens": 2 * c.continuation_tokens}
         retrieval = {"index": c.index or f"{c.data} training part", "top_k_docs": c.top_k_docs}
         checkpoint = Path(c.checkpoint or SHIPPED_ENCODER)
         train = checkpoint / "train_config.json"
@@ -191,25 +183,40 @@ class Generators:
         shown = {path: str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
                  for path in (checkpoint, mwt)}
         every = {
-            "bare": {"model": c.model, "max_new_tokens": c.continuation_tokens, **decoding},
-            "dynamic": {"checkpoint": shown[checkpoint], **retrieval, "max_phrases": c.max_phrases, **budget,
+            "bare": {"model": c.model, "max_new_tokens": c.continuation_tokens},
+            "bare-rag": {"model": c.model, "max_new_tokens": c.continuation_tokens, **retrieval},
+            "bare-rag-lookup": {"model": c.model, "max_new_tokens": c.continuation_tokens, **retrieval, "batch_size": 1},
+            "dynamic": {"checkpoint": shown[checkpoint], **retrieval, **budget,
                         "training": _training_summary(json.loads(train.read_text())) if train.exists() else None},
-            "dynamic-untrained": {"phrase_encoder": "untrained (the LM's first layer)", **retrieval,
-                                  "max_phrases": c.max_phrases, **budget},
-            "dynamic-no-phrases": {"max_phrases": 0, **budget},
+            "dynamic-untrained": {"phrase_encoder": "untrained (the LM's first layer)", **retrieval, **budget},
+            "dynamic-no-phrases": {**budget},
             "mwt": {"checkpoint": shown[mwt], **budget, **_multiword_summary(mwt)},
         }
         chosen = {}
         for name in c.system_names:
-            base, cap = split_system(name)
-            chosen[name] = every[base] | ({"max_phrases": cap} if cap else {})
+            spec = parse_system(name)
+            settings = every[spec.base] | {"what": BASES[spec.base]}
+            if spec.base.startswith("dynamic"):
+                settings |= self._pipeline_config(spec).__dict__ | {"readback": spec.get("readback", c.readback),
+                                                                    "phrase_score_bias": spec.get("bias", c.phrase_bias)}
+            else:
+                settings |= self.sampling(spec)
+            if spec.base.startswith("bare-rag"):
+                settings |= {"documents_in_context": spec.get("docs", c.rag_documents), "document_tokens": c.rag_document_tokens}
+            if spec.base == "bare-rag-lookup":
+                settings["prompt_lookup_num_tokens"] = spec.get("lookup", c.lookup_tokens)
+            chosen[name] = settings
         return chosen
 
-    def sampling(self) -> dict:
-        """``generate`` arguments of the configured decoding, the same for every system (pure nucleus: no top-k)."""
+    def sampling(self, spec: SystemSpec | None = None) -> dict:
+        """``generate`` arguments of the configured decoding (pure nucleus: no top-k), with the system's safeguards."""
         from retrieval.pipeline import PipelineConfig
 
-        return PipelineConfig(do_sample=self.config.decoding == "nucleus", top_p=self.config.top_p).generation_kwargs()
+        c, spec = self.config, spec or parse_system("bare")
+        return PipelineConfig(
+            do_sample=c.decoding == "nucleus", top_p=c.top_p, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
+            repetition_penalty=spec.get("penalty", c.repetition_penalty),
+        ).generation_kwargs()
 
     @torch.no_grad()
     def __call__(self, system: str, items: list[dict]) -> list[dict]:
@@ -219,46 +226,82 @@ class Generators:
         from the config, the system and the batch's first prompt.
         """
         torch.manual_seed(self.config.seed + zlib.crc32(f"{system}/{items[0]['id']}".encode()))
-        if system == "bare":
-            return self._static(items, self.lm, self.tokenizer, lambda text: self.tokenizer(text)["input_ids"], None)
-        if system == "mwt":
-            vocab = self.mwt.vocab
-            return self._static(items, self.mwt.lm, vocab, lambda text: vocab.encode(text, add_special_tokens=True), vocab)
-        return self._dynamic(*split_system(system), items)
+        spec = parse_system(system)
+        if spec.base.startswith("bare"):
+            return self._bare(spec, items)
+        if spec.base == "mwt":
+            return self._multiword(spec, items)
+        return self._dynamic(spec, items)
 
-    def _static(self, items: list[dict], lm, decoder, encode, multiword) -> list[dict]:
-        """The bare LM (``multiword`` None: ``continuation_tokens`` tokens) or the MWT baseline (the character budget)."""
+    def _bare(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
+        """The LM alone, or with the top documents in its context (``bare-rag``), ``continuation_tokens`` tokens."""
         from dynvocab.generation import generate_continuations
         from dynvocab.padding import pad_id
 
-        start = time.perf_counter()
-        prompts = [encode(item["prompt"]) for item in items]
-        if multiword is None:
-            budget = {"max_new_tokens": self.config.continuation_tokens}
-        else:
-            budget = {"max_new_tokens": 2 * self.config.continuation_tokens, "decode": multiword.decode,
-                      "max_chars": [len(item["reference"]) for item in items]}
-        new = generate_continuations(lm, prompts, pad_id(self.tokenizer), **budget, **self.sampling())
-        texts = [decoder.decode(ids, skip_special_tokens=True) for ids in new]
-        latency = dict.fromkeys(STAGES, 0.0) | {"decode": (time.perf_counter() - start) / len(items)}
-        vocab_size = multiword.vocab_size if multiword is not None else len(self.tokenizer)
-        return [{"text": text, "steps": len(ids), "phrase_steps": sum(i >= vocab_size for i in ids),
-                 "phrases": len(multiword) if multiword is not None else 0, "latency": latency}
+        timer = StageTimer()
+        prompts = [item["prompt"] for item in items]
+        if spec.base.startswith("bare-rag"):
+            with timer.stage("retrieve"):
+                found = self.index.search_documents(prompts, k=spec.get("docs", self.config.rag_documents))
+            with timer.stage("extract"):
+                prompts = [self._in_context(documents, prompt) for documents, prompt in zip(found, prompts)]
+        kwargs = {"max_new_tokens": self.config.continuation_tokens, **self.sampling(spec)}
+        with timer.stage("decode"):
+            encoded = self.tokenizer(prompts)["input_ids"]
+            if spec.base == "bare-rag-lookup":  # transformers' prompt lookup decodes one prompt at a time
+                kwargs["prompt_lookup_num_tokens"] = spec.get("lookup", self.config.lookup_tokens)
+                new = [generate_continuations(self.lm, [ids], pad_id(self.tokenizer), **kwargs)[0] for ids in encoded]
+            else:
+                new = generate_continuations(self.lm, encoded, pad_id(self.tokenizer), **kwargs)
+        texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in new]
+        latency = {stage: seconds / len(items) for stage, seconds in timer.totals().items()}
+        latency = dict.fromkeys(STAGES, 0.0) | latency
+        return [{"text": text, "steps": len(ids), "phrase_steps": 0, "phrases": 0, "latency": latency}
                 for text, ids in zip(texts, new)]
 
-    def _dynamic(self, system: str, max_phrases: int | None, items: list[dict]) -> list[dict]:
-        from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    def _in_context(self, documents: list[dict], prompt: str) -> str:
+        """The retrieved documents (each cut to ``rag_document_tokens`` tokens), a blank line, then the prompt."""
+        cut = self.config.rag_document_tokens
+        texts = [self.tokenizer.decode(self.tokenizer(d["text"], add_special_tokens=False)["input_ids"][:cut])
+                 for d in documents]
+        return "\n\n".join(texts + [prompt])
 
-        model = self.untrained if system == "dynamic-untrained" else self.trained
-        model.set_phrases([])  # every request encodes its phrases from scratch: no cache from earlier prompts
-        if system == "dynamic-no-phrases":
-            max_phrases = 0
-        pipeline_config = PipelineConfig(
-            top_k=self.config.top_k_docs, max_phrases=self.config.max_phrases if max_phrases is None else max_phrases,
-            max_new_tokens=2 * self.config.continuation_tokens, do_sample=self.config.decoding == "nucleus",
-            top_p=self.config.top_p,
+    def _multiword(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
+        """The MWT baseline under the reference's character budget."""
+        from dynvocab.generation import generate_continuations
+        from dynvocab.padding import pad_id
+
+        start, vocab = time.perf_counter(), self.mwt.vocab
+        prompts = [vocab.encode(item["prompt"], add_special_tokens=True) for item in items]
+        new = generate_continuations(
+            self.mwt.lm, prompts, pad_id(self.tokenizer), max_new_tokens=2 * self.config.continuation_tokens,
+            decode=vocab.decode, max_chars=[len(item["reference"]) for item in items], **self.sampling(spec),
+        )
+        latency = dict.fromkeys(STAGES, 0.0) | {"decode": (time.perf_counter() - start) / len(items)}
+        return [{"text": vocab.decode(ids, skip_special_tokens=True), "steps": len(ids),
+                 "phrase_steps": sum(i >= vocab.vocab_size for i in ids), "phrases": len(vocab), "latency": latency}
+                for ids in new]
+
+    def _pipeline_config(self, spec: SystemSpec):
+        from retrieval.pipeline import PipelineConfig
+
+        c = self.config
+        max_phrases = 0 if spec.base == "dynamic-no-phrases" else spec.max_phrases or c.max_phrases
+        return PipelineConfig(
+            top_k=c.top_k_docs, max_phrases=max_phrases, max_new_tokens=2 * c.continuation_tokens,
+            do_sample=c.decoding == "nucleus", top_p=c.top_p, edges=spec.get("edges", c.edges),
+            ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
+            repetition_penalty=spec.get("penalty", c.repetition_penalty),
         )  # its generation_kwargs() are what sampling() gives the other systems
-        results = PhrasePipeline(model, self.index, pipeline_config).batch(
+
+    def _dynamic(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
+        from retrieval.pipeline import PhrasePipeline
+
+        model = self.untrained if spec.base == "dynamic-untrained" else self.trained
+        model.set_phrases([])  # every request encodes its phrases from scratch: no cache from earlier prompts
+        model.dynvocab_config.readback = spec.get("readback", self.config.readback)
+        model.dynvocab_config.phrase_score_bias = spec.get("bias", self.config.phrase_bias)
+        results = PhrasePipeline(model, self.index, self._pipeline_config(spec)).batch(
             [item["prompt"] for item in items], max_chars=[len(item["reference"]) for item in items]
         )
         return [{"text": r.text, "steps": r.steps, "phrase_steps": r.phrase_steps, "phrases": r.num_phrases,
@@ -338,7 +381,9 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 
 #: settings that change what is generated: a run resumes only under the same ones
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
-                       "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size")
+                       "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
+                       "readback", "edges", "ranking", "phrase_bias", "no_repeat_ngram_size", "repetition_penalty",
+                       "rag_documents", "rag_document_tokens", "lookup_tokens")
 
 
 def check_resumable(config: EvalConfig) -> None:

@@ -13,7 +13,7 @@ from .compression import compression
 from .latency import STAGES, summarize
 from .mauve import causal_lm_features, gpt2_large_features, mauve_score, minilm_features
 from .perplexity import perplexity
-from .protocol import split_system
+from .systems import parse_system
 from .repetition import diversity
 
 
@@ -72,6 +72,32 @@ def score_all(records: list[dict], timed: list[dict], config, generators) -> dic
             [by_id[i] for i in ids], [r for r in timed if r["system"] == system], config, generators, reference_features
         )
     return results
+
+
+def degenerate_texts(records: list[dict]) -> list[str]:
+    """The floor system: each prompt's last sentence-ish span looped up to the reference's length."""
+    texts = []
+    for record in records:
+        words = record["prompt"].split()[-6:] or ["the"]
+        loop = " " + " ".join(words)
+        texts.append((loop * (len(record["reference"]) // max(1, len(loop)) + 1))[: len(record["reference"])])
+    return texts
+
+
+def mauve_bounds(records: list[dict], config, generators) -> dict:
+    """MAUVE's range on this data, same featurizer and seeds: the ceiling (one half of the references
+    against the other) and the floor (``degenerate_texts`` against the references)."""
+    first = [r for r in records if r["system"] == config.system_names[0]]
+    if len(first) < 4:
+        return {}
+    seeds = range(config.mauve_seeds)
+    half = len(first) // 2
+    reference_features = featurize([r["reference"] for r in first], config, generators)
+    ceiling = mauve_score(reference_features.values[:half], reference_features.values[half : 2 * half], seeds=seeds)
+    floor = mauve_score(reference_features, featurize(degenerate_texts(first), config, generators), seeds=seeds)
+    return {"ceiling": 100 * ceiling.mauve, "ceiling_std": 100 * ceiling.mauve_std, "ceiling_samples": half,
+            "floor": 100 * floor.mauve, "floor_std": 100 * floor.mauve_std, "floor_samples": len(first),
+            "floor_system": "each prompt's last six words looped to the reference's length"}
 
 
 def environment() -> dict:
@@ -148,7 +174,7 @@ def goals(results: dict, system: str = "dynamic", baseline: str = "bare") -> str
 def plot_phrase_counts(results: dict, path: Path) -> bool:
     """Phrase share, bytes per step, Diversity and MAUVE against phrases per prompt, over the trained
     dynamic systems (``dynamic``, ``dynamic@N``, ``dynamic-no-phrases``); False when fewer than two."""
-    systems = [s for s in results if split_system(s)[0] in ("dynamic", "dynamic-no-phrases")]
+    systems = [s for s in results if parse_system(s).base in ("dynamic", "dynamic-no-phrases")]
     systems.sort(key=lambda s: results[s]["phrases_per_prompt"])
     if len({results[s]["phrases_per_prompt"] for s in systems}) < 2:
         return False
@@ -176,11 +202,19 @@ def plot_phrase_counts(results: dict, path: Path) -> bool:
     return True
 
 
-def write_report(results: dict, config, command: str, systems: dict | None = None) -> Path:
+def bounds_line(bounds: dict) -> str:
+    if not bounds:
+        return ""
+    return (f"MAUVE's range on this data (same featurizer and seeds): ceiling {bounds['ceiling']:.2f} ± "
+            f"{bounds['ceiling_std']:.2f} (one half of the references against the other, {bounds['ceiling_samples']} "
+            f"each); floor {bounds['floor']:.2f} ± {bounds['floor_std']:.2f} ({bounds['floor_system']}).\n\n")
+
+
+def write_report(results: dict, config, command: str, systems: dict | None = None, bounds: dict | None = None) -> Path:
     """results.json (every figure and setting), report.md (the paper's layout) and latency.png."""
     out = Path(config.output_dir)
     payload = {"config": asdict(config), "command": command, "environment": environment(), "systems": systems or {},
-               "results": results}
+               "mauve_bounds": bounds or {}, "results": results}
     (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
     timed = plot_latency(results, out / "latency.png")
     swept = plot_phrase_counts(results, out / "phrases.png")
@@ -199,6 +233,7 @@ def write_report(results: dict, config, command: str, systems: dict | None = Non
         f"against the references with the {config.mauve_featurizer} featurizer, scaling 2.0, mean ± std over "
         f"{config.mauve_seeds} k-means seeds; Diversity ×100; PPL of the generated text under the bare LM.\n\n"
         f"Software: Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}; machine: {env['machine']}.\n\n"
+        + bounds_line(bounds or {})
         + markdown_table(results)
         + "\n" + goals(results)
         + (f"\nSystems:\n\n{settings}" if settings else "")

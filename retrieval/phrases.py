@@ -22,6 +22,8 @@ from dynvocab import Phrase
 logger = logging.getLogger(__name__)
 
 Unit = Literal["tokens", "words"]
+Edges = Literal["any", "content"]
+Ranking = Literal["frequency", "relevance"]
 
 # fmt: off
 ENGLISH_STOPWORDS: frozenset[str] = frozenset("""
@@ -69,6 +71,8 @@ def extract_phrases(
     stopwords: Collection[str] | None = ENGLISH_STOPWORDS,
     split_sentences: bool = True,
     text_field: str = "text",
+    edges: Edges = "any",
+    ranking: Ranking = "frequency",
 ) -> list[Phrase]:
     """Phrases of ``min_length``..``max_length`` units from ``documents`` (best-ranked first).
 
@@ -82,33 +86,48 @@ def extract_phrases(
         max_phrases: keep at most this many.
         stopwords: a phrase made only of these words (lowercased) and punctuation is dropped.
         split_sentences: no phrase crosses a sentence end or a newline.
+        edges: ``"content"`` keeps only constituent-like spans: the first and last word
+            are not stopwords (no " of the", " stories typically" is still allowed but
+            " was the" is not); ``"any"`` lets a phrase start or end on a function word.
+        ranking: ``"frequency"`` (count over all documents) or ``"relevance"`` (each
+            occurrence weighs ``1 / (1 + rank)`` of its document, so phrases of the
+            best-retrieved documents come first).
 
     Returns:
-        Phrases ranked by frequency, ties by the first document (then position) holding
+        Phrases ranked as ``ranking`` says, ties by the first document (then position) holding
         them; ``source`` is the id of the best-ranked document holding the phrase. With
         ``unit="tokens"`` the text starts with the space its first token carries, if any.
     """
     _check_arguments(unit, tokenizer, min_length, max_length, min_count, max_phrases)
+    if edges not in ("any", "content") or ranking not in ("frequency", "relevance"):
+        raise ValueError(f"edges={edges!r} and ranking={ranking!r}: choose edges 'any' or 'content', "
+                         "ranking 'frequency' or 'relevance'")
     texts, sources = _texts_and_sources(documents, text_field)
     stop = frozenset(w.lower() for w in stopwords) if stopwords else frozenset()
+    edge_stop = stop if edges == "content" else frozenset()
     if unit == "tokens":
         encodings = _tokenize(tokenizer, texts)
         blank, spaced = _whitespace_token_ids(tokenizer, encodings)
         units = [
-            _token_units(text, ids, offsets, blank, spaced, stop, split_sentences)
+            _token_units(text, ids, offsets, blank, spaced, stop, split_sentences, edge_stop)
             for text, (ids, offsets) in zip(texts, encodings)
         ]
     else:
-        units = [_word_units(text, stop, split_sentences) for text in texts]
+        units = [_word_units(text, stop, split_sentences, edge_stop) for text in texts]
     # Counts hold only str -> int, nothing for the garbage collector to walk; the Counter keeps
     # first-seen order, which is the tie-break and tells which document held a phrase first.
     counts: Counter[str] = Counter()
+    weights: Counter[str] = Counter()  # relevance: occurrences weighted by 1 / (1 + document rank)
     first_source: list[str] = []  # source of the i-th distinct phrase
-    for text, doc_units, source in zip(texts, units, sources):
-        counts.update(_ngram_keys(text, doc_units, min_length, max_length))
+    for rank, (text, doc_units, source) in enumerate(zip(texts, units, sources)):
+        found = Counter(_ngram_keys(text, doc_units, min_length, max_length))
+        counts.update(found)
+        if ranking == "relevance":
+            weights.update({key: count / (1 + rank) for key, count in found.items()})
         first_source += [source] * (len(counts) - len(first_source))
     keys, values = list(counts), list(counts.values())
-    ranked = sorted(range(len(keys)), key=values.__getitem__, reverse=True)  # stable: ties keep first-seen order
+    order = values if ranking == "frequency" else [weights[key] for key in keys]
+    ranked = sorted(range(len(keys)), key=order.__getitem__, reverse=True)  # stable: ties keep first-seen order
     ranked = [position for position in ranked if values[position] >= min_count][:max_phrases]
     return list(map(Phrase, [keys[p] for p in ranked], [first_source[p] for p in ranked]))
 
@@ -212,8 +231,11 @@ class _Units(NamedTuple):
 
 
 def _token_units(text: str, ids: list[int], offsets: list[tuple[int, int]], blank: set[int], spaced: set[int],
-                 stop: frozenset[str], split_sentences: bool) -> _Units:
+                 stop: frozenset[str], split_sentences: bool, edge_stop: frozenset[str] = frozenset()) -> _Units:
     words, word_starts, word_ends, content = _word_marks(text, stop)
+    for start, end, word in words:  # a stopword may sit inside a phrase but not at its edge
+        if word.lower() in edge_stop:
+            word_starts[start], word_ends[end] = 0, 0
     breaks = _sentence_breaks(text, {end: word for _, end, word in words}) if split_sentences else [len(text) + 1]
     n = len(ids)
     cs, ce, can_start, can_end, seg, prefix = [0] * n, [0] * n, [False] * n, [False] * n, [0] * n, [0] * (n + 1)
@@ -247,7 +269,7 @@ def _token_units(text: str, ids: list[int], offsets: list[tuple[int, int]], blan
     return _Units(lead, cs, ce, can_start, can_end, seg, prefix, *_nesting(text, cs, ce))
 
 
-def _word_units(text: str, stop: frozenset[str], split_sentences: bool) -> _Units:
+def _word_units(text: str, stop: frozenset[str], split_sentences: bool, edge_stop: frozenset[str] = frozenset()) -> _Units:
     words, _, _, _ = _word_marks(text, stop)
     breaks = _sentence_breaks(text, {end: word for _, end, word in words}) if split_sentences else [len(text) + 1]
     cs, ce, seg, prefix = [], [], [], [0]
@@ -259,7 +281,7 @@ def _word_units(text: str, stop: frozenset[str], split_sentences: bool) -> _Unit
         ce.append(end)
         seg.append(sentence)
         prefix.append(prefix[-1] + (word.lower() not in stop))
-    flags = [True] * len(words)
+    flags = [word.lower() not in edge_stop for _, _, word in words]
     return _Units(cs, cs, ce, flags, flags, seg, prefix, *_nesting(text, cs, ce))
 
 

@@ -32,6 +32,11 @@ class PipelineConfig:
     max_length: int = field(default=8, metadata={"help": "Longest phrase, in units."})
     min_count: int = field(default=1, metadata={"help": "Drop phrases seen fewer times in the retrieved documents."})
     max_phrases: int = field(default=2048, metadata={"help": "Phrases plugged in per prompt at most."})
+    edges: str = field(default="content", metadata={"help": "Phrase edges: 'content' (no stopword first or last) or 'any'."})
+    ranking: str = field(default="relevance", metadata={"help": "Phrase order: 'relevance' (by document rank) or 'frequency'."})
+    no_repeat_ngram_size: int = field(default=0, metadata={"help": "No n-gram of tokens twice, phrases spelled out (0: off)."})
+    repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty, phrases spelled out (1: off)."})
+    agreement_top_k: int = field(default=0, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
     max_new_tokens: int = field(default=128, metadata={"help": "Decoding steps at most."})
     max_chars: int | None = field(default=None, metadata={"help": "Stop once the continuation has this many characters."})
     do_sample: bool = field(default=False, metadata={"help": "Sample instead of greedy decoding."})
@@ -49,11 +54,22 @@ class PipelineConfig:
             raise ValueError(f"realtime_fraction={self.realtime_fraction} must be in (0, 1]")
         if self.unit not in ("tokens", "words"):
             raise ValueError(f"unit={self.unit!r}; choose 'tokens' or 'words'")
+        if self.edges not in ("content", "any") or self.ranking not in ("relevance", "frequency"):
+            raise ValueError(f"edges={self.edges!r}, ranking={self.ranking!r}; choose edges 'content' or 'any', "
+                             "ranking 'relevance' or 'frequency'")
+        if self.no_repeat_ngram_size < 0 or self.repetition_penalty <= 0 or self.agreement_top_k < 0:
+            raise ValueError(f"no_repeat_ngram_size={self.no_repeat_ngram_size} and agreement_top_k="
+                             f"{self.agreement_top_k} must be >= 0, repetition_penalty={self.repetition_penalty} > 0")
 
     def generation_kwargs(self) -> dict[str, Any]:
         # pure nucleus sampling: top_k=0 lifts the default top-50 cut of the generation config
         sampling = {"top_p": self.top_p, "top_k": 0, "temperature": self.temperature} if self.do_sample else {}
-        return {"do_sample": self.do_sample, **sampling}
+        guards = {"no_repeat_ngram_size": self.no_repeat_ngram_size} if self.no_repeat_ngram_size else {}
+        if self.repetition_penalty != 1.0:
+            guards["repetition_penalty"] = self.repetition_penalty
+        if self.agreement_top_k:
+            guards["phrase_agreement_top_k"] = self.agreement_top_k
+        return {"do_sample": self.do_sample, **sampling, **guards}
 
 
 def character_budget(model: DynamicVocabLM, prompt_length: int, max_chars: int | None) -> StoppingCriteriaList:
@@ -108,7 +124,7 @@ class PhrasePipeline:
         c = self.config
         found = extract_phrases(  # a few spares: a phrase whose text re-tokenizes too long is dropped below
             documents, self.model.tokenizer, unit=c.unit, min_length=c.min_length, max_length=c.max_length,
-            min_count=c.min_count, max_phrases=c.max_phrases + c.max_phrases // 8 + 8,
+            min_count=c.min_count, max_phrases=c.max_phrases + c.max_phrases // 8 + 8, edges=c.edges, ranking=c.ranking,
         )
         lengths = self.model.tokenizer([p.text for p in found], add_special_tokens=False)["input_ids"] if found else []
         limit = self.model.phrase_table.max_phrase_tokens
@@ -144,7 +160,7 @@ class PhrasePipeline:
         with timer.stage("extract"):
             phrases = [self.candidates(found) for found in documents]
         with timer.stage("encode"):
-            model.set_phrases(phrases if len(prompts) > 1 else phrases[0])
+            model.set_phrases(phrases if len(prompts) > 1 else phrases[0], mid_sentence_forms=False)
         budgets = max_chars if max_chars is not None else [c.max_chars] * len(prompts) if c.max_chars else None
         with timer.stage("decode"):
             new = generate_continuations(
@@ -171,12 +187,12 @@ class PhrasePipeline:
         chunk = max(1, round(len(phrases) * c.realtime_fraction))
         ids, cache, added = prompt_ids, None, 0
         with timer.stage("encode"):
-            model.set_phrases([])
+            model.set_phrases([], mid_sentence_forms=False)
         while ids.shape[1] - prompt_ids.shape[1] < c.max_new_tokens:
             with timer.stage("encode"):
                 if c.drop_unused and added:
                     ids = self._drop_unused(ids, prompt_ids.shape[1])
-                model.add_phrases(phrases[added : added + chunk])
+                model.add_phrases(phrases[added : added + chunk], mid_sentence_forms=False)
                 added += chunk
             steps = min(c.realtime_every, c.max_new_tokens - (ids.shape[1] - prompt_ids.shape[1]))
             with timer.stage("decode"):

@@ -66,14 +66,43 @@ def test_eval_writes_every_figure_and_resumes(workspace, capsys):
             assert bare[record["id"]].startswith(record["text"]) or record["text"].startswith(bare[record["id"]])
 
 
-def test_system_names_are_checked():
-    from evals.protocol import EvalConfig, split_system
+def test_retrieval_baselines_ablations_and_mauve_bounds(workspace):
+    out = workspace / "out-ablation"
+    systems = "bare,bare-rag:docs=2,bare-rag-lookup,dynamic:readback=vector:no_repeat=3,dynamic:edges=any:ranking=frequency"
+    main(eval_args(workspace) + ["--systems", systems, "--latency-prompts", "1", "--output-dir", str(out)])
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["results"]) == systems.split(",")
+    assert results["systems"]["bare-rag:docs=2"]["documents_in_context"] == 2
+    assert results["systems"]["dynamic:readback=vector:no_repeat=3"]["readback"] == "vector"
+    assert results["systems"]["dynamic:readback=vector:no_repeat=3"]["no_repeat_ngram_size"] == 3
+    assert results["results"]["bare-rag-lookup"]["stage_means_s"]["retrieve"] > 0
+    bounds = results["mauve_bounds"]
+    assert 0 <= bounds["floor"] <= 100 and 0 <= bounds["ceiling"] <= 100 and bounds["ceiling_samples"] == 6
+    assert "ceiling" in (out / "report.md").read_text()
 
-    assert split_system("dynamic@256") == ("dynamic", 256) and split_system("mwt") == ("mwt", None)
-    EvalConfig(systems="bare,dynamic@64,dynamic-untrained@8")
-    for bad in ("bare@5", "dynamic@0", "dynamic@x", "mwt2"):
-        with pytest.raises(ValueError, match="unknown names"):
-            EvalConfig(systems=bad)
+
+def test_degenerate_floor_texts_loop_to_the_reference_length():
+    from evals.report import degenerate_texts
+
+    records = [{"prompt": "one two three four five six seven", "reference": "x" * 80}]
+    (text,) = degenerate_texts(records)
+    assert len(text) == 80 and text.count("two three four five six seven") >= 2
+
+
+def test_system_names_are_checked():
+    from evals.protocol import EvalConfig
+    from evals.systems import parse_system
+
+    spec = parse_system("dynamic@256:readback=vector:no_repeat=4")
+    assert (spec.base, spec.max_phrases, spec.options) == ("dynamic", 256, {"readback": "vector", "no_repeat": 4})
+    assert parse_system("mwt") == parse_system(" mwt ")
+    EvalConfig(systems="bare,dynamic@64,dynamic-untrained@8,bare-rag:docs=2,bare:no_repeat=3")
+    bad = {"bare@5": "caps the phrases", "dynamic@0": "must be positive", "dynamic@x": "must be positive",
+           "mwt2": "unknown base", "dynamic:readback=text": "choose from", "bare:readback=tokens": "applies to",
+           "dynamic:no_repeat=x": "is not a int", "dynamic:colour=red": "key=value", ",": "names no system"}
+    for name, message in bad.items():
+        with pytest.raises(ValueError, match=message):
+            EvalConfig(systems=name)
 
 
 def test_a_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_refused(tmp_path):

@@ -1,0 +1,97 @@
+"""Reading an emitted phrase back as its LM tokens, in one cached forward call.
+
+With ``readback="tokens"`` a phrase still costs one decoding step (one logical id in
+``generate``'s sequence), but the LM reads exactly the text: the step's forward call
+feeds the phrase's ``k`` tokens at once, so the KV cache grows by ``k`` slots.
+
+Every batch row of a step gets the same number of slots, the longest expansion in the
+batch; a shorter one is right-aligned and preceded by masked filler slots, so the last
+slot of every row holds its real last token and ``logits[:, -1]`` is each row's next-id
+distribution. The slots each step took are kept on the cache (``readback_widths``); the
+physical attention mask and positions are rebuilt from them and the full logical ids,
+which beam search reorders together with the cache, so beams stay consistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+#: the attribute of a KV cache that records how many slots each logical step took
+WIDTHS_ATTRIBUTE = "readback_widths"
+
+
+@dataclass
+class PhysicalInputs:
+    """What the LM reads for the new logical steps: ``(B, W)`` ids and positions, ``(B, S)`` mask over all slots."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    widths: torch.Tensor  # (steps,) slots of every logical step so far, cached ones included
+
+
+def expansion_table(token_ids: list[tuple[int, ...]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Phrases' tokens as a padded ``(P, max_len)`` table (right-aligned) and their ``(P,)`` lengths."""
+    width = max((len(ids) for ids in token_ids), default=1)
+    table = torch.zeros(len(token_ids), width, dtype=torch.long)
+    for row, ids in enumerate(token_ids):
+        table[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+    lengths = torch.tensor([len(ids) for ids in token_ids], dtype=torch.long)
+    return table.to(device), lengths.to(device)
+
+
+def expansion_lengths(ids: torch.Tensor, vocab_size: int, lengths: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` mixed ids -> ``(B, T)`` tokens each id stands for (1 for a token)."""
+    is_phrase = ids >= vocab_size
+    if not bool(is_phrase.any()):
+        return torch.ones_like(ids)
+    return torch.where(is_phrase, lengths[(ids - vocab_size).clamp(min=0)], torch.ones_like(ids))
+
+
+def physical_inputs(
+    ids: torch.Tensor,
+    logical_mask: torch.Tensor | None,
+    cached_widths: torch.Tensor | None,
+    vocab_size: int,
+    table: torch.Tensor,
+    lengths: torch.Tensor,
+) -> PhysicalInputs:
+    """The LM's inputs for the logical steps of ``ids`` past the cached ones.
+
+    Args:
+        ids: ``(B, L)`` every logical id so far (prompt included); ids ``>= V`` are phrases.
+        logical_mask: ``(B, L)`` generate's attention mask (0 on left padding), or None.
+        cached_widths: ``(C,)`` slots taken by each of the first ``C`` steps, already in the cache.
+        table, lengths: from ``expansion_table`` over the phrase table.
+    """
+    batch, steps = ids.shape
+    device = ids.device
+    cached = 0 if cached_widths is None else int(cached_widths.numel())
+    if cached > steps:
+        raise ValueError(f"the KV cache holds {cached} steps but the sequence has {steps}; pass the full sequence")
+    mask = torch.ones_like(ids) if logical_mask is None else logical_mask.to(device=device, dtype=torch.long)
+    counts = expansion_lengths(ids, vocab_size, lengths)  # (B, L)
+    new_widths = counts[:, cached:].amax(dim=0) if steps > cached else counts.new_zeros(0)
+    widths = new_widths if cached == 0 else torch.cat([cached_widths.to(device), new_widths])
+    # every slot: the logical step it belongs to and its offset inside that step
+    step_of_slot = torch.repeat_interleave(torch.arange(steps, device=device), widths)
+    starts = torch.cumsum(widths, 0) - widths
+    offset = torch.arange(step_of_slot.numel(), device=device) - starts[step_of_slot]
+    first_real = (widths[step_of_slot] - counts[:, step_of_slot])  # (B, S): filler slots come first
+    slot_mask = (offset >= first_real) & mask[:, step_of_slot].bool()
+    positions = (slot_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+    new_slots = int(new_widths.sum())
+    new_step = step_of_slot[-new_slots:] if new_slots else step_of_slot[:0]
+    new_ids = ids[:, new_step]
+    new_offset = offset[-new_slots:] - first_real[:, -new_slots:]  # position inside the id's own tokens
+    is_phrase = new_ids >= vocab_size
+    tokens = new_ids.clone()
+    if bool(is_phrase.any()):
+        phrase = (new_ids - vocab_size).clamp(min=0)
+        column = (table.shape[1] - lengths[phrase] + new_offset).clamp(0, table.shape[1] - 1)
+        tokens = torch.where(is_phrase, table[phrase, column], new_ids)
+    tokens = tokens.masked_fill(~slot_mask[:, -new_slots:] if new_slots else tokens.bool(), 0)
+    return PhysicalInputs(tokens, slot_mask.long(), positions[:, -new_slots:] if new_slots else positions[:, :0], widths)

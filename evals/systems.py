@@ -1,0 +1,75 @@
+"""Names of the systems the protocol compares, with per-system settings for ablations.
+
+A system is written ``base[@N][:key=value]...``: ``dynamic@256:readback=vector`` is the
+trained dynamic model with at most 256 phrases per prompt, reading phrases back by
+their encoder vectors. A setting left out takes the protocol's default, so
+``dynamic`` alone is the library's shipped configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: base systems and what each is
+BASES = {
+    "bare": "the LM alone, KV cache on",
+    "bare-rag": "the LM with the top retrieved documents in its context (in-context retrieval augmentation)",
+    "bare-rag-lookup": "bare-rag decoded with transformers' prompt-lookup decoding (lossless, batch 1)",
+    "dynamic": "the trained phrase encoder, phrases from the top retrieved documents",
+    "dynamic-untrained": "the same with an untrained phrase encoder",
+    "dynamic-no-phrases": "the dynamic-vocabulary model with an empty phrase set",
+    "mwt": "an MWT-style static multi-word vocabulary (Gee et al., 2024)",
+}
+
+#: setting -> (type, allowed values or None, which bases take it)
+_DYNAMIC = ("dynamic", "dynamic-untrained")
+_ALL = tuple(BASES)
+OPTIONS = {
+    "readback": (str, ("tokens", "vector"), _DYNAMIC),
+    "edges": (str, ("content", "any"), _DYNAMIC),
+    "ranking": (str, ("relevance", "frequency"), _DYNAMIC),
+    "bias": (float, None, _DYNAMIC),
+    "no_repeat": (int, None, _ALL),
+    "penalty": (float, None, _ALL),
+    "docs": (int, None, ("bare-rag", "bare-rag-lookup")),
+    "lookup": (int, None, ("bare-rag-lookup",)),
+}
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """One parsed system name."""
+
+    name: str
+    base: str
+    max_phrases: int | None = None
+    options: dict = field(default_factory=dict)
+
+    def get(self, key: str, default):
+        return self.options.get(key, default)
+
+
+def parse_system(name: str) -> SystemSpec:
+    """``"dynamic@256:readback=vector"`` -> ``SystemSpec``; raises ``ValueError`` naming what is wrong."""
+    head, *settings = name.strip().split(":")
+    base, at, cap = head.partition("@")
+    if base not in BASES:
+        raise ValueError(f"system {name!r}: unknown base {base!r}; choose from {sorted(BASES)}")
+    if at and not (cap.isdigit() and int(cap) > 0 and base in _DYNAMIC):
+        raise ValueError(f"system {name!r}: '@N' caps the phrases of a dynamic system and N must be positive, e.g. dynamic@256")
+    options = {}
+    for setting in settings:
+        key, eq, value = setting.partition("=")
+        if not eq or key not in OPTIONS:
+            raise ValueError(f"system {name!r}: setting {setting!r} is not key=value with a key from {sorted(OPTIONS)}")
+        kind, allowed, bases = OPTIONS[key]
+        if base not in bases:
+            raise ValueError(f"system {name!r}: {key} applies to {', '.join(bases)} only")
+        try:
+            typed = kind(value)
+        except ValueError:
+            raise ValueError(f"system {name!r}: {key}={value!r} is not a {kind.__name__}") from None
+        if allowed is not None and typed not in allowed:
+            raise ValueError(f"system {name!r}: {key}={value!r}; choose from {list(allowed)}")
+        options[key] = typed
+    return SystemSpec(name.strip(), base, int(cap) if at else None, options)

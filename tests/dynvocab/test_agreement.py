@@ -1,0 +1,50 @@
+"""Phrase agreement: a phrase may start only with one of the LM's top-k tokens."""
+
+import pytest
+import torch
+
+from dynvocab.agreement import PhraseAgreement
+
+V = 10
+PHRASES = [(3, 4), (5, 6, 7), (3, 9)]
+
+
+def test_phrases_whose_first_token_is_outside_the_lm_top_k_are_dropped():
+    scores = torch.tensor([[0.0, 0, 0, 5, 4, 1, 0, 0, 0, 0, 2.0, 3.0, 1.0]])  # tokens 3 then 4 are the LM's best
+    top1 = PhraseAgreement(1, V, PHRASES)(torch.zeros(1, 2, dtype=torch.long), scores.clone())
+    assert top1[0, V:].tolist() == [2.0, float("-inf"), 1.0]
+    assert torch.equal(top1[0, :V], scores[0, :V])
+    top3 = PhraseAgreement(3, V, PHRASES)(torch.zeros(1, 2, dtype=torch.long), scores.clone())
+    assert top3[0, V:].tolist() == [2.0, 3.0, 1.0]
+
+
+def test_rows_are_judged_separately():
+    scores = torch.zeros(2, V + 3)
+    scores[0, 3], scores[1, 5] = 1.0, 1.0
+    out = PhraseAgreement(1, V, PHRASES)(torch.zeros(2, 1, dtype=torch.long), scores)
+    assert torch.isinf(out[0, V + 1]) and not torch.isinf(out[0, V])
+    assert torch.isinf(out[1, V]) and not torch.isinf(out[1, V + 1])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5])
+def test_bad_top_k_is_refused(bad):
+    with pytest.raises(ValueError, match="phrase_agreement_top_k must be a positive int"):
+        PhraseAgreement(bad, V, PHRASES)
+
+
+def test_generate_takes_the_agreement_setting(llama, tokenizer):
+    from dynvocab import DynamicVocabLM
+
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.set_phrases([" of the United States"])
+
+    class Always(torch.nn.Module):
+        def forward(self, hidden, vectors, mask=None):
+            return hidden[..., :1] * 0 + 1e4
+
+    model.scorer = Always()
+    ids = tokenizer("Hello", return_tensors="pt").input_ids
+    greedy = llama.generate(ids, max_new_tokens=3, do_sample=False)[0, 1:].tolist()
+    agreed = model.generate(ids, max_new_tokens=3, do_sample=False, phrase_agreement_top_k=1)[0, 1:].tolist()
+    first = tokenizer(" of", add_special_tokens=False).input_ids[0]
+    assert agreed == greedy if greedy[0] != first else agreed[0] == model.vocab_size

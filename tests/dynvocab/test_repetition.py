@@ -1,0 +1,86 @@
+"""Repetition control that counts a phrase as the tokens it spells."""
+
+import pytest
+import torch
+from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
+
+from dynvocab.repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
+
+V = 20
+PHRASES = [(3, 4), (4, 5, 6), (7, 8), (9, 3, 4)]  # ids V .. V + 3
+
+
+def _spell(ids):
+    return [t for i in ids for t in (PHRASES[i - V] if i >= V else (i,))]
+
+
+def _brute_force_banned(ids, n):
+    """Every id whose tokens, appended to the row's tokens, would repeat an n-gram."""
+    tokens = _spell(ids)
+    seen = {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
+    banned = set()
+    for candidate in range(V + len(PHRASES)):
+        extended = tokens + _spell([candidate])
+        new_ends = range(len(tokens), len(extended))
+        if any(end + 1 >= n and tuple(extended[end + 1 - n : end + 1]) in seen for end in new_ends):
+            banned.add(candidate)
+    return banned
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_no_repeat_matches_brute_force(n):
+    generator = torch.Generator().manual_seed(n)
+    processor = PhraseNoRepeatNGram(n, V, PHRASES)
+    for _ in range(30):
+        ids = torch.randint(0, V + len(PHRASES), (2, 7), generator=generator)
+        out = processor(ids, torch.zeros(2, V + len(PHRASES)))
+        for row in range(2):
+            assert set(torch.isinf(out[row]).nonzero().flatten().tolist()) == _brute_force_banned(ids[row].tolist(), n)
+
+
+def test_no_repeat_equals_transformers_on_plain_tokens():
+    ids = torch.tensor([[1, 2, 3, 1, 2, 5, 1, 2]])
+    scores = torch.randn(1, V + len(PHRASES))
+    ours = PhraseNoRepeatNGram(3, V, PHRASES)(ids, scores.clone())[:, :V]
+    theirs = NoRepeatNGramLogitsProcessor(3)(ids, scores.clone()[:, :V])
+    assert torch.equal(ours, theirs)
+
+
+def test_a_phrase_that_repeats_its_own_text_is_banned():
+    ids = torch.tensor([[1, 3, 4, 5, 6, 2]])  # the tokens of phrases 0 and 1 already written
+    out = PhraseNoRepeatNGram(2, V, PHRASES)(ids, torch.zeros(1, V + len(PHRASES)))
+    assert torch.isinf(out[0, V]) and torch.isinf(out[0, V + 1]) and not torch.isinf(out[0, V + 2])
+
+
+def test_penalty_equals_transformers_on_tokens_and_hits_written_phrases():
+    ids = torch.tensor([[1, 7, 8, V + 1]])  # phrase 2's tokens are written; phrase 1 was emitted
+    scores = torch.randn(1, V + len(PHRASES)).abs() + 0.5
+    out = PhraseRepetitionPenalty(2.0, V, PHRASES)(ids, scores.clone())
+    tokens = torch.tensor([[1, 7, 8, 4, 5, 6]])
+    assert torch.allclose(out[:, :V], RepetitionPenaltyLogitsProcessor(2.0)(tokens, scores.clone()[:, :V]))
+    assert torch.allclose(out[0, V + 1 :V + 3], scores[0, V + 1 : V + 3] / 2)
+    assert out[0, V] == scores[0, V] and out[0, V + 3] == scores[0, V + 3]
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "3"])
+def test_bad_ngram_size_is_refused(bad):
+    with pytest.raises(ValueError, match="no_repeat_ngram_size must be a positive int"):
+        PhraseNoRepeatNGram(bad, V, PHRASES)
+
+
+def test_generate_uses_phrase_aware_processors(llama, tokenizer):
+    from dynvocab import DynamicVocabLM
+
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.set_phrases([" of the United States"])
+
+    class Always(torch.nn.Module):  # the phrase always wins, unless it is banned
+        def forward(self, hidden, vectors, mask=None):
+            return hidden[..., :1] * 0 + 1e4
+
+    model.scorer = Always()
+    ids = tokenizer("Hello", return_tensors="pt").input_ids
+    looping = model.generate(ids, max_new_tokens=4, do_sample=False)[0, 1:].tolist()
+    assert looping == [model.vocab_size] * 4
+    guarded = model.generate(ids, max_new_tokens=4, do_sample=False, no_repeat_ngram_size=3)[0, 1:].tolist()
+    assert guarded.count(model.vocab_size) == 1
