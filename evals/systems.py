@@ -29,6 +29,7 @@ OPTIONS = {
     "edges": (str, ("content", "any"), _DYNAMIC),
     "ranking": (str, ("relevance", "frequency"), _DYNAMIC),
     "bias": (float, None, _DYNAMIC),
+    "agree": (int, None, _DYNAMIC),
     "no_repeat": (int, None, _ALL),
     "penalty": (float, None, _ALL),
     "docs": (int, None, ("bare-rag", "bare-rag-lookup")),

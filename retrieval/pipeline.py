@@ -36,7 +36,7 @@ class PipelineConfig:
     ranking: str = field(default="relevance", metadata={"help": "Phrase order: 'relevance' (by document rank) or 'frequency'."})
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "No n-gram of tokens twice, phrases spelled out (0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty, phrases spelled out (1: off)."})
-    agreement_top_k: int = field(default=0, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
+    agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
     max_new_tokens: int = field(default=128, metadata={"help": "Decoding steps at most."})
     max_chars: int | None = field(default=None, metadata={"help": "Stop once the continuation has this many characters."})
     do_sample: bool = field(default=False, metadata={"help": "Sample instead of greedy decoding."})

@@ -29,7 +29,7 @@ class WordHashEncoder:
 def pipeline(llama, tokenizer):
     model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
     index = DocumentIndex.build(DOCS, WordHashEncoder(), index_type="flat")
-    return PhrasePipeline(model, index, PipelineConfig(top_k=1, max_new_tokens=12))
+    return PhrasePipeline(model, index, PipelineConfig(top_k=1, max_new_tokens=12, agreement_top_k=0))
 
 
 def test_phrases_come_from_the_retrieved_document_and_keep_their_source(pipeline):
@@ -74,7 +74,7 @@ def test_realtime_drop_unused_keeps_generated_phrases_readable(pipeline):
             return scores
 
     pipeline.model.scorer = PreferFirst()
-    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=8, realtime=True, realtime_every=2, realtime_fraction=0.2, drop_unused=True)
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=8, realtime=True, realtime_every=2, realtime_fraction=0.2, drop_unused=True, agreement_top_k=0)
     result = pipeline("Which river flows through New York City?")
     first = pipeline.candidates(result.documents)[0].text
     assert result.text == first * 8
