@@ -216,7 +216,7 @@ class Generators:
         c, spec = self.config, spec or parse_system("bare")
         return PipelineConfig(
             do_sample=c.decoding == "nucleus", top_p=c.top_p, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
-            repetition_penalty=spec.get("penalty", c.repetition_penalty),
+            repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=0,
         ).generation_kwargs()
 
     @torch.no_grad()
