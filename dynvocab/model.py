@@ -62,6 +62,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self.phrase_table = PhraseTable(tokenizer, self.vocab_size, config.max_phrase_tokens)
         self._row_masks: torch.Tensor | None = None
         self._encoded_version: int | None = None
+        self._expansion_key: tuple | None = None  # the phrase table the token read-back's lookup was built for
+        self._expansion_cache: tuple[torch.Tensor, torch.Tensor] | None = None
         self._lm_takes_logits_to_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
 
     # ------------------------------------------------------------------ construction
@@ -333,7 +335,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     # ------------------------------------------------------------------ generation
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, past_key_values=None, attention_mask=None,
-                                      **kwargs) -> dict:
+                                      inputs_embeds: torch.Tensor | None = None, **kwargs) -> dict:
         """``generate``'s per-step inputs; under ``readback="tokens"`` an emitted phrase is fed as its tokens.
 
         ``input_ids`` ``(B, L)`` are all logical ids so far. The cache records how many
@@ -341,12 +343,14 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         """
         if self.dynvocab_config.readback != "tokens":
             return super().prepare_inputs_for_generation(
-                input_ids, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
+                input_ids, past_key_values=past_key_values, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                **kwargs,
             )
-        kwargs.pop("next_sequence_length", None)
-        kwargs.pop("position_ids", None)
-        kwargs.pop("is_first_iteration", None)
-        kwargs.pop("inputs_embeds", None)
+        if inputs_embeds is not None:
+            raise ValueError("readback='tokens' feeds phrases as their token ids, so generate() needs input_ids, not "
+                             "inputs_embeds; pass input_ids or set model.dynvocab_config.readback = 'vector'")
+        for handled_here in ("next_sequence_length", "position_ids", "is_first_iteration"):
+            kwargs.pop(handled_here, None)
         cached = None
         if past_key_values is not None and past_key_values.get_seq_length() > 0:
             cached = getattr(past_key_values, WIDTHS_ATTRIBUTE, None)
@@ -364,7 +368,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
     def _expansions(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The phrase table's tokens for the token read-back, rebuilt when the table changes."""
         key = (tuple(self.phrase_table.token_ids), device)
-        if getattr(self, "_expansion_key", None) != key:
+        if self._expansion_key != key:
             self._expansion_cache = expansion_table(self.phrase_table.token_ids or [(0,)], device)
             self._expansion_key = key
         return self._expansion_cache

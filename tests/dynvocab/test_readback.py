@@ -142,3 +142,9 @@ def test_plain_word_phrases_work_mid_sentence(base_model, tokenizer):
     assert model.phrases == []
     model.set_phrases(["New York City"], mid_sentence_forms=False)
     assert [p.text for p in model.phrases] == ["New York City"]
+
+
+def test_inputs_embeds_are_refused_with_the_fix(model, tokenizer):
+    embeds = model.get_input_embeddings()(tokenizer("Hello", return_tensors="pt").input_ids)
+    with pytest.raises(ValueError, match="needs input_ids, not inputs_embeds"):
+        model.generate(inputs_embeds=embeds, max_new_tokens=2)
