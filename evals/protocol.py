@@ -102,7 +102,7 @@ def _known_system(name: str) -> bool:
 
 def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
     """``{"id", "prompt", "reference"}`` from held-out documents long enough for both parts."""
-    from dynvocab.demo import corpus_split
+    from dynvocab.corpora import corpus_split
 
     prompts = []
     for lead in corpus_split(config.data)[1]:
@@ -122,7 +122,7 @@ class Generators:
     """Builds each system once (lazily) and generates continuations for a batch of prompts."""
 
     def __init__(self, config: EvalConfig) -> None:
-        from dynvocab.demo import load_lm
+        from dynvocab.loading import load_lm
 
         self.config = config
         mwt = Path(config.mwt_checkpoint or SHIPPED_MWT)
@@ -137,7 +137,7 @@ class Generators:
     @property
     def trained(self):
         if self._trained is None:
-            from dynvocab.demo import SHIPPED_ENCODER, load_dynamic_lm
+            from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 
             self._trained = load_dynamic_lm(self.config.model, self.config.checkpoint or SHIPPED_ENCODER)
         return self._trained
@@ -153,9 +153,8 @@ class Generators:
     @property
     def mwt(self):
         if self._mwt is None:
-            from dynvocab.demo import load_lm
-
-            from .baselines import MultiWordLM
+            from dynvocab.loading import load_lm
+            from dynvocab.multiword import MultiWordLM
 
             path = Path(self.config.mwt_checkpoint or SHIPPED_MWT)
             lm, _ = load_lm(self.config.model)  # its own copy: the baseline grows the embedding matrices
@@ -167,9 +166,9 @@ class Generators:
         if self._index is None:
             from encoders import DenseEncoder
             from retrieval import DocumentIndex
+            from retrieval.loading import demo_index, document_encoder
 
             from dynvocab.assets import resolve_model
-            from dynvocab.demo import demo_index, document_encoder
 
             path, name = self.config.index, self.config.encoder
             encoder = document_encoder() if name == "minilm" else DenseEncoder(resolve_model(name))
@@ -180,7 +179,7 @@ class Generators:
 
     def settings(self) -> dict[str, dict]:
         """What each evaluated system is, for the report: checkpoints, budgets and training settings."""
-        from dynvocab.demo import SHIPPED_ENCODER
+        from dynvocab.loading import SHIPPED_ENCODER
 
         c, decoding = self.config, self.sampling()
         budget = {"max_chars": "the reference's", "max_new_tokens": 2 * c.continuation_tokens, **decoding}
@@ -271,7 +270,7 @@ def _training_summary(train_config: dict) -> dict:
 
 
 def _multiword_summary(directory: Path) -> dict:
-    from .baselines.multiword import CONFIG_NAME
+    from dynvocab.multiword import CONFIG_NAME
 
     if not (directory / CONFIG_NAME).exists():
         return {}

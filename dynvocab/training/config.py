@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .corpus import WIKIPEDIA_HELD_OUT
+from ..corpora import WIKIPEDIA_HELD_OUT
 from .negatives import SOURCES
 
 logger = logging.getLogger(__name__)

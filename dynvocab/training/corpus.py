@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from ..corpora import WIKIPEDIA_HELD_OUT, split_documents
 
 logger = logging.getLogger(__name__)
 
@@ -186,29 +187,6 @@ def _iter_strings(source: Iterable) -> Iterator[str]:
                 "pass an iterable of strings (or a datasets.Dataset with text_field=)"
             )
         yield text
-
-
-def split_documents(documents: list[dict], held_out: float = 0.05, seed: int = 0) -> tuple[list[dict], list[dict]]:
-    """Split documents into (train, held-out), deterministically.
-
-    Documents are shuffled with ``random.Random(seed)``; the first ``round(held_out * n)``
-    (at least one) are held out. Both lists keep the input order, so the split is the
-    same on every machine.
-    """
-    if not 0.0 < held_out < 1.0:
-        raise ValueError(f"held_out={held_out} must be a fraction in (0, 1); pass e.g. 0.05")
-    order = list(range(len(documents)))
-    random.Random(seed).shuffle(order)
-    chosen = set(order[: max(1, round(held_out * len(documents)))])
-    train = [doc for i, doc in enumerate(documents) if i not in chosen]
-    heldout = [doc for i, doc in enumerate(documents) if i in chosen]
-    logger.info("split: %d train and %d held-out documents", len(train), len(heldout))
-    return train, heldout
-
-
-#: share of the offline Wikipedia leads held out from training and from the retrieval index: a fifth leaves
-#: 246 held-out leads of at least 32 + 128 SmolLM2 tokens, enough for the 200-prompt evaluation protocol
-WIKIPEDIA_HELD_OUT = 0.2
 
 
 def wikipedia_split(held_out: float = WIKIPEDIA_HELD_OUT, seed: int = 0) -> tuple[list[str], list[str]]:

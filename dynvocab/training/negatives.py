@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..padding import pad_sequences, position_ids_from_mask
-from .ngrams import SuccessorIndex
+from ..ngrams import SuccessorIndex
 from .samples import MixedSample
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from .config import TrainConfig
 from .corpus import iter_texts, wikipedia_split
 from .loss import LossWeights, dynamic_vocab_loss
 from .negatives import NegativeSampler
-from .ngrams import SuccessorIndex, mine_ngrams
+from ..ngrams import SuccessorIndex, mine_ngrams
 from .samples import FMMSampler, NIdsSampler, NWordsSampler, build_samples
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dynvocab.assets import wikipedia_leads
 from dynvocab.cli import main
-from evals.baselines import MultiWordLM, MultiWordTrainConfig, MultiWordVocab, train_multiword
-from evals.baselines.multiword import CONFIG_NAME
+from dynvocab.multiword import CONFIG_NAME, MultiWordLM, MultiWordVocab
+from dynvocab.training.multiword import MultiWordTrainConfig, train_multiword
 
 
 def ids(tokenizer, text):

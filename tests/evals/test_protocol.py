@@ -6,8 +6,8 @@ from transformers import AutoModelForCausalLM
 
 from dynvocab import DynamicVocabLM
 from dynvocab.cli import main
-from dynvocab.demo import corpus_split
-from evals.baselines import MultiWordLM, MultiWordVocab
+from dynvocab.corpora import corpus_split
+from dynvocab.multiword import MultiWordLM, MultiWordVocab
 
 
 @pytest.fixture(scope="module")

@@ -31,8 +31,8 @@ def dataclass_from_args(cls, args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .training.config import TrainConfig
-    from .training.trainer import Trainer
+    from ..training.config import TrainConfig
+    from ..training.trainer import Trainer
 
     config = dataclass_from_args(TrainConfig, args)
     final = Trainer(config).train(resume=args.resume)
@@ -40,7 +40,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_train_mwt(args: argparse.Namespace) -> None:
-    from evals.baselines import MultiWordTrainConfig, train_multiword
+    from ..training.multiword import MultiWordTrainConfig, train_multiword
 
     config = dataclass_from_args(MultiWordTrainConfig, args)
     _, log = train_multiword(config)
@@ -50,9 +50,10 @@ def cmd_train_mwt(args: argparse.Namespace) -> None:
 def cmd_index(args: argparse.Namespace) -> None:
     from encoders import DenseEncoder
     from retrieval import DocumentIndex
+    from retrieval.loading import document_encoder
 
-    from .assets import resolve_model
-    from .demo import CORPORA, document_encoder
+    from ..assets import resolve_model
+    from ..corpora import CORPORA
 
     source = CORPORA[args.data][0]() if args.data in CORPORA else args.data
     encoder = document_encoder() if args.encoder == "minilm" else DenseEncoder(resolve_model(args.encoder))
@@ -62,9 +63,8 @@ def cmd_index(args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
+    from retrieval.loading import load_stack
     from retrieval.pipeline import PhrasePipeline, PipelineConfig
-
-    from .demo import load_stack
 
     model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
     pipeline = PhrasePipeline(model, index, dataclass_from_args(PipelineConfig, args))
@@ -94,11 +94,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from evals.baselines import MultiWordTrainConfig
     from evals.protocol import EvalConfig
     from retrieval.pipeline import PipelineConfig
 
-    from .training.config import TrainConfig
+    from ..training.config import TrainConfig
+    from ..training.multiword import MultiWordTrainConfig
 
     parser = argparse.ArgumentParser(prog="dynvocab", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")

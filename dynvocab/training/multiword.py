@@ -14,12 +14,11 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
 
-from dynvocab.assets import resolve_model
-from dynvocab.padding import pad_id, pad_sequences
-from dynvocab.training.corpus import WIKIPEDIA_HELD_OUT
-from dynvocab.training.trainer import epoch_texts, mixed_precision, training_texts
-
-from .multiword import MultiWordLM, MultiWordVocab
+from ..assets import resolve_model
+from ..corpora import WIKIPEDIA_HELD_OUT
+from ..multiword import MultiWordLM, MultiWordVocab
+from ..padding import pad_id, pad_sequences
+from .trainer import epoch_texts, mixed_precision, training_texts
 
 logger = logging.getLogger(__name__)
 
