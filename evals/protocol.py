@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from dynvocab.jsonl import iter_jsonl
+
 from .latency import STAGES
 
 logger = logging.getLogger(__name__)
@@ -307,17 +309,7 @@ def read_records(path: Path) -> list[dict]:
     """The records of a JSONL file; a last line cut short by a killed run is dropped from the file."""
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    records = []
-    for number, line in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines) - 1:
-                raise ValueError(f"{path} line {number + 1} is not JSON; fix or delete the file to regenerate") from None
-            logger.warning("%s: dropping a last line cut short by an interrupted run", path)
-            path.write_text("".join(lines[:-1]), encoding="utf-8")
-    return records
+    return [record for _, record in iter_jsonl(path, "fix or delete the file to regenerate", drop_cut_last_line=True)]
 
 
 def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[dict], list[tuple[str, dict]]]:

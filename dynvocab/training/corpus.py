@@ -7,13 +7,13 @@ line by line, and Hub or local ``datasets`` folders are opened with ``streaming=
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..corpora import WIKIPEDIA_HELD_OUT, split_documents
+from ..jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -110,27 +110,20 @@ def _load_dataset(source: str, name: str | None, split: str, streaming: bool):
 
 
 def _iter_jsonl(path: Path, text_field: str) -> Iterator[str]:
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number} is not valid JSON ({error.msg}); fix or remove that line") from error
-            if not isinstance(record, dict) or text_field not in record:
-                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-                raise ValueError(
-                    f"{path}:{number} has no field text_field={text_field!r} (found {keys}); "
-                    "pass text_field= naming the field that holds the text"
-                )
-            value = record[text_field]
-            if not isinstance(value, str):
-                raise ValueError(
-                    f"{path}:{number}: field {text_field!r} holds a {type(value).__name__}, not a string; "
-                    "pass text_field= naming a string field"
-                )
-            yield value
+    for number, record in iter_jsonl(path):
+        if not isinstance(record, dict) or text_field not in record:
+            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise ValueError(
+                f"{path}:{number} has no field text_field={text_field!r} (found {keys}); "
+                "pass text_field= naming the field that holds the text"
+            )
+        value = record[text_field]
+        if not isinstance(value, str):
+            raise ValueError(
+                f"{path}:{number}: field {text_field!r} holds a {type(value).__name__}, not a string; "
+                "pass text_field= naming a string field"
+            )
+        yield value
 
 
 def _iter_text_file(path: Path, paragraphs: bool | None) -> Iterator[str]:
