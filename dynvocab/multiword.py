@@ -23,6 +23,8 @@ from .ngrams import mine_ngrams, word_boundaries, word_start_flags
 from .segmentation import forward_max_match
 from .serialization import tokenizer_fingerprint
 
+__all__ = ["CONFIG_NAME", "MultiWordLM", "MultiWordVocab", "WEIGHTS_NAME"]
+
 CONFIG_NAME = "multiword_vocab.json"
 WEIGHTS_NAME = "multiword_embeddings.safetensors"
 

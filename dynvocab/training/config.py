@@ -10,6 +10,8 @@ from ..config import JsonConfig
 from ..corpora import WIKIPEDIA_HELD_OUT
 from .negatives import SOURCES
 
+__all__ = ["MODES", "PHRASE_SOURCES", "TrainConfig"]
+
 logger = logging.getLogger(__name__)
 
 PHRASE_SOURCES = ("n-words", "n-ids", "fmm")

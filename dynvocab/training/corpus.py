@@ -15,6 +15,8 @@ from pathlib import Path
 from ..corpora import WIKIPEDIA_HELD_OUT, split_documents
 from ..jsonl import iter_jsonl
 
+__all__ = ["iter_texts", "wikipedia_split"]
+
 logger = logging.getLogger(__name__)
 
 _JSONL_SUFFIXES = {".jsonl", ".ndjson"}

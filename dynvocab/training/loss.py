@@ -12,6 +12,8 @@ from ..padding import pad_sequences
 from .batching import MixedBatch
 from .negatives import prefix_groups
 
+__all__ = ["LossWeights", "aligned_kl", "dynamic_vocab_loss", "encode_phrase_set", "next_item_loss"]
+
 
 @dataclass(frozen=True)
 class LossWeights:

@@ -20,6 +20,8 @@ from ..multiword import MultiWordLM, MultiWordVocab
 from ..padding import pad_id, pad_sequences
 from .trainer import epoch_texts, mixed_precision, training_texts
 
+__all__ = ["MultiWordTrainConfig", "batches", "train_multiword"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -34,6 +34,19 @@ from .samples import MixedSample
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+__all__ = [
+    "NegativeSampler",
+    "PreBatchQueue",
+    "PrefixGroups",
+    "SOURCES",
+    "generation_negatives",
+    "greedy_continuations",
+    "group_by_prefix",
+    "prefix_groups",
+    "prefix_negatives",
+    "self_retrieval_negatives",
+]
+
 logger = logging.getLogger(__name__)
 
 Phrase = tuple[int, ...]

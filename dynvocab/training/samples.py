@@ -26,6 +26,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+__all__ = [
+    "FMMSampler",
+    "MixedSample",
+    "NIdsSampler",
+    "NWordsSampler",
+    "SpanSampler",
+    "build_samples",
+    "chunk_bounds",
+    "token_boundaries",
+    "word_spans",
+]
+
 logger = logging.getLogger(__name__)
 
 Offsets = Sequence[tuple[int, int]]

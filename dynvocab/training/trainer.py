@@ -28,6 +28,18 @@ from .negatives import NegativeSampler
 from ..ngrams import SuccessorIndex, mine_ngrams
 from .samples import FMMSampler, NIdsSampler, NWordsSampler, build_samples
 
+__all__ = [
+    "LM_ADAPTER",
+    "LM_WEIGHTS",
+    "Trainer",
+    "TrainingModule",
+    "build_model",
+    "epoch_texts",
+    "mixed_precision",
+    "sample_stream",
+    "training_texts",
+]
+
 logger = logging.getLogger(__name__)
 
 LM_ADAPTER = "lm_adapter"
