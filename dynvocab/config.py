@@ -1,4 +1,4 @@
-"""The one config of a dynamic-vocabulary model, saved as ``dynvocab_config.json``."""
+"""The one config of a dynamic-vocabulary model, saved as ``dynvocab_config.json``, and how every config is saved."""
 
 from __future__ import annotations
 
@@ -7,14 +7,47 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
+
+__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "JsonConfig"]
 
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "dynvocab_config.json"
 
 
+class JsonConfig:
+    """What every ``@dataclass`` config of the library shares: a dict, and one JSON file named ``config_name``.
+
+    Keys saved by a newer version that this one does not know are warned about and dropped.
+    """
+
+    config_name: ClassVar[str] = "config.json"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            logger.warning("ignoring unknown %s keys %s (saved by a newer dynvocab?)", cls.__name__, unknown)
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+    def save(self, directory: str | Path) -> None:
+        (Path(directory) / self.config_name).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: str | Path):
+        path = Path(directory) / cls.config_name
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found: is {directory} a directory written by {cls.__name__}.save?")
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
 @dataclass
-class DynamicVocabConfig:
+class DynamicVocabConfig(JsonConfig):
     """Settings of the phrase encoder and phrase table.
 
     The ``base_*`` fields are filled from the wrapped LM and checked when a saved
@@ -50,6 +83,8 @@ class DynamicVocabConfig:
     base_vocab_size: int | None = field(default=None, metadata={"help": "Vocabulary size V of the wrapped LM."})
     tokenizer_fingerprint: str | None = field(default=None, metadata={"help": "Hash of the tokenizer's vocabulary."})
 
+    config_name: ClassVar[str] = CONFIG_NAME
+
     def __post_init__(self) -> None:
         if self.encoder_layers < 1:
             raise ValueError(f"encoder_layers must be >= 1, got {self.encoder_layers}")
@@ -68,24 +103,3 @@ class DynamicVocabConfig:
             raise ValueError(f"phrase_score_scale must be > 0, got {self.phrase_score_scale}")
         if self.encode_batch_size < 1:
             raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "DynamicVocabConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            logger.warning("ignoring unknown config keys %s (saved by a newer dynvocab?)", unknown)
-        return cls(**{k: v for k, v in values.items() if k in known})
-
-    def save(self, directory: str | Path) -> None:
-        (Path(directory) / CONFIG_NAME).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, directory: str | Path) -> "DynamicVocabConfig":
-        path = Path(directory) / CONFIG_NAME
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found: is {directory} a directory written by DynamicVocabLM.save_pretrained?")
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))

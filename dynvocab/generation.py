@@ -10,6 +10,8 @@ from transformers import StoppingCriteriaList
 from .padding import pad_sequences
 from .stopping import CharacterBudget
 
+__all__ = ["generate_continuations"]
+
 
 @torch.no_grad()
 def generate_continuations(

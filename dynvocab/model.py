@@ -20,6 +20,7 @@ from .phrase_table import Phrase, PhraseLike, PhraseTable, as_phrase
 from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
+from .serialization import load, save, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -411,22 +412,34 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         return kwargs
 
     # ------------------------------------------------------------------ saving
-    def save_pretrained(self, save_directory, save_phrases: bool = False, **_) -> None:
+    def save_pretrained(self, save_directory, save_phrases: bool = False, **unknown) -> None:
         """Write the config JSON and the phrase encoder's safetensors (and the phrases if asked).
 
         The LM itself is not written: ``from_pretrained`` puts the encoder back on a base
         LM the caller passes. The directory is replaced atomically.
         """
-        from .serialization import save
-
+        _refuse_unknown("save_pretrained", unknown, "save_directory and save_phrases; save the LM with its own save_pretrained")
         save(self, save_directory, save_phrases)
 
     @classmethod
-    def from_pretrained(cls, directory, base_model: nn.Module, tokenizer, **_) -> "DynamicVocabLM":
+    def from_pretrained(cls, directory, base_model: nn.Module, tokenizer, **unknown) -> "DynamicVocabLM":
         """Restore a saved model on ``base_model`` (which must match the saved tokenizer and hidden size)."""
-        from .serialization import load
-
+        _refuse_unknown("from_pretrained", unknown, "directory, base_model and tokenizer; load the base LM yourself first")
         return load(cls, directory, base_model, tokenizer)
+
+    def phrase_output_vectors(self) -> torch.Tensor | None:
+        """The phrase table's output vectors ``(P, d)``, re-encoded first if the encoder changed since; None when empty."""
+        return self._cached_vectors()[1]
+
+    def restore_phrase_output_vectors(self, vectors: torch.Tensor) -> None:
+        """Take saved output vectors ``(P, d)`` of the table's phrases as current (they were encoded by this encoder)."""
+        if vectors.shape[0] != len(self.phrase_table) - self.phrase_table.num_encoded:
+            raise ValueError(
+                f"got {vectors.shape[0]} vectors for {len(self.phrase_table) - self.phrase_table.num_encoded} "
+                "phrases without one; pass one row per phrase"
+            )
+        self.phrase_table.append_output_vectors(vectors)
+        self._encoded_version = self._encoder_version()
 
 
 def _as_list(ids) -> list[int]:
@@ -437,15 +450,6 @@ def _as_list(ids) -> list[int]:
     return list(ids)
 
 
-def tokenizer_fingerprint(tokenizer) -> str:
-    """A short hash of the tokenizer's vocabulary, to catch loading onto another tokenizer."""
-    import hashlib
-    import json
-
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
-
-
 def _check_vocab(base: PreTrainedModel, tokenizer) -> None:
     rows = base.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
@@ -453,3 +457,8 @@ def _check_vocab(base: PreTrainedModel, tokenizer) -> None:
             f"the tokenizer has {len(tokenizer)} tokens but the LM's embedding matrix has {rows} rows; "
             "pass the LM's own tokenizer (or resize the LM's embeddings first)"
         )
+
+
+def _refuse_unknown(method: str, unknown: dict, takes: str) -> None:
+    if unknown:
+        raise TypeError(f"DynamicVocabLM.{method}() got unknown arguments {sorted(unknown)}; it takes {takes}")

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
+__all__ = ["first_token_index", "last_token_index", "pad_id", "pad_sequences", "position_ids_from_mask"]
+
 
 def pad_sequences(
     sequences: Sequence[Sequence[int]], pad_id: int = 0, side: str = "right", device=None

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from .jsonl import iter_jsonl
+
 
 @dataclass(frozen=True, slots=True)
 class Phrase:
@@ -150,11 +152,8 @@ class PhraseTable:
     def read(path: str | Path) -> list[Phrase]:
         """Phrases from a JSON-lines file written by ``save``."""
         phrases = []
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    record = json.loads(line)
-                    if "text" not in record:
-                        raise ValueError(f"{path}:{number} has no 'text' field; each line must be {{\"text\": ..., \"source\": ...}}")
-                    phrases.append(Phrase(record["text"], record.get("source")))
+        for number, record in iter_jsonl(path, fix='each line must be {"text": ..., "source": ...}'):
+            if "text" not in record:
+                raise ValueError(f"{path}:{number} has no 'text' field; each line must be {{\"text\": ..., \"source\": ...}}")
+            phrases.append(Phrase(record["text"], record.get("source")))
         return phrases

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+__all__ = ["forward_max_match"]
+
 
 def forward_max_match(
     token_ids: Sequence[int],

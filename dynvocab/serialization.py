@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -17,6 +18,14 @@ ENCODER_CONFIG = "phrase_encoder_config.json"
 PHRASES = "phrases.jsonl"
 PHRASE_VECTORS = "phrase_vectors.safetensors"
 
+__all__ = ["load", "save", "tokenizer_fingerprint"]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A short hash of the tokenizer's vocabulary, to catch loading onto another tokenizer."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+
 
 def save(model, directory: str | Path, save_phrases: bool = False) -> None:
     """Write config, encoder body config and encoder weights (and phrases) into ``directory`` atomically."""
@@ -29,14 +38,12 @@ def save(model, directory: str | Path, save_phrases: bool = False) -> None:
         save_file(weights, staging / ENCODER_WEIGHTS, metadata={"format": "pt"})
         if save_phrases and len(model.phrase_table):
             model.phrase_table.save(staging / PHRASES)
-            vectors = model._cached_vectors()[1]
+            vectors = model.phrase_output_vectors()
             save_file({"output": vectors.contiguous().cpu()}, staging / PHRASE_VECTORS)
 
 
 def load(cls, directory: str | Path, base_model, tokenizer):
     """Rebuild the model saved in ``directory`` on ``base_model`` with ``tokenizer``."""
-    from .model import tokenizer_fingerprint
-
     directory = Path(directory)
     for name in (CONFIG_NAME, ENCODER_CONFIG, ENCODER_WEIGHTS):
         if not (directory / name).exists():
@@ -60,8 +67,7 @@ def load(cls, directory: str | Path, base_model, tokenizer):
         model.phrase_table.add(PhraseTable.read(directory / PHRASES))
         vectors = load_file(directory / PHRASE_VECTORS) if (directory / PHRASE_VECTORS).exists() else None
         if vectors is not None and vectors["output"].shape[0] == len(model.phrase_table):
-            model.phrase_table.append_output_vectors(vectors["output"].to(base.device))
-            model._encoded_version = model._encoder_version()
+            model.restore_phrase_output_vectors(vectors["output"].to(base.device))
     return model
 
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import torch
 from transformers import StoppingCriteria
 
+__all__ = ["CharacterBudget"]
+
 
 class CharacterBudget(StoppingCriteria):
     """Stop each row once its continuation has decoded to at least ``max_chars`` characters.

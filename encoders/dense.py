@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 Pooling = Literal["mean", "cls"]
 
-#: Hub id of the default encoder, used when the offline copy has not been fetched.
+#: Hub id of the default encoder; callers that work offline pass a local folder instead.
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -64,22 +64,13 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: Pooling = 
     raise ValueError(f"pooling={pooling!r} is not supported; use 'mean' or 'cls'")
 
 
-def default_model_name() -> str:
-    """The offline all-MiniLM-L6-v2 folder when it has been fetched, else its Hub id."""
-    try:
-        from dynvocab.assets import minilm_dir
-
-        return str(minilm_dir())
-    except (FileNotFoundError, ImportError):
-        return DEFAULT_ENCODER
-
-
 class DenseEncoder:
     """Encode texts into float32 ``(n, d)`` vectors with a transformer encoder.
 
     Args:
         model_name_or_path: a Hub id or folder for ``AutoModel.from_pretrained``, or a
-            loaded ``PreTrainedModel``. Defaults to all-MiniLM-L6-v2 (offline copy if fetched).
+            loaded ``PreTrainedModel``. Defaults to all-MiniLM-L6-v2 by its Hub id; a caller that works
+            offline passes the local folder (``dynvocab.assets.minilm_dir()``).
         tokenizer: defaults to ``AutoTokenizer.from_pretrained`` on the same name.
         pooling: ``"mean"`` or ``"cls"``.
         normalize: L2-normalise the outputs.
@@ -101,7 +92,7 @@ class DenseEncoder:
         amp_dtype: str | torch.dtype | None = None,
     ) -> None:
         if model_name_or_path is None:
-            model_name_or_path = default_model_name()
+            model_name_or_path = DEFAULT_ENCODER
         if isinstance(model_name_or_path, PreTrainedModel):
             model = model_name_or_path
             name = model.name_or_path or type(model).__name__

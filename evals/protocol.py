@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from dynvocab.jsonl import iter_jsonl
+
 from .latency import STAGES, StageTimer
 from .systems import BASES, OPTIONS, SystemSpec, parse_system
 
@@ -95,7 +97,7 @@ class EvalConfig:
 
 def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
     """``{"id", "prompt", "reference"}`` from held-out documents long enough for both parts."""
-    from dynvocab.demo import corpus_split
+    from dynvocab.corpora import corpus_split
 
     prompts = []
     for lead in corpus_split(config.data)[1]:
@@ -115,7 +117,7 @@ class Generators:
     """Builds each system once (lazily) and generates continuations for a batch of prompts."""
 
     def __init__(self, config: EvalConfig) -> None:
-        from dynvocab.demo import load_lm
+        from dynvocab.loading import load_lm
 
         self.config = config
         mwt = Path(config.mwt_checkpoint or SHIPPED_MWT)
@@ -130,7 +132,7 @@ class Generators:
     @property
     def trained(self):
         if self._trained is None:
-            from dynvocab.demo import SHIPPED_ENCODER, load_dynamic_lm
+            from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 
             self._trained = load_dynamic_lm(self.config.model, self.config.checkpoint or SHIPPED_ENCODER)
         return self._trained
@@ -146,9 +148,8 @@ class Generators:
     @property
     def mwt(self):
         if self._mwt is None:
-            from dynvocab.demo import load_lm
-
-            from .baselines import MultiWordLM
+            from dynvocab.loading import load_lm
+            from dynvocab.multiword import MultiWordLM
 
             path = Path(self.config.mwt_checkpoint or SHIPPED_MWT)
             lm, _ = load_lm(self.config.model)  # its own copy: the baseline grows the embedding matrices
@@ -160,9 +161,9 @@ class Generators:
         if self._index is None:
             from encoders import DenseEncoder
             from retrieval import DocumentIndex
+            from retrieval.loading import demo_index, document_encoder
 
             from dynvocab.assets import resolve_model
-            from dynvocab.demo import demo_index, document_encoder
 
             path, name = self.config.index, self.config.encoder
             encoder = document_encoder() if name == "minilm" else DenseEncoder(resolve_model(name))
@@ -173,7 +174,7 @@ class Generators:
 
     def settings(self) -> dict[str, dict]:
         """What each evaluated system is, for the report: checkpoints, budgets, its own settings and training."""
-        from dynvocab.demo import SHIPPED_ENCODER
+        from dynvocab.loading import SHIPPED_ENCODER
 
         c = self.config
         budget = {"max_chars": "the reference's", "max_new_tokens": 2 * c.continuation_tokens}
@@ -315,7 +316,7 @@ def _training_summary(train_config: dict) -> dict:
 
 
 def _multiword_summary(directory: Path) -> dict:
-    from .baselines.multiword import CONFIG_NAME
+    from dynvocab.multiword import CONFIG_NAME
 
     if not (directory / CONFIG_NAME).exists():
         return {}
@@ -352,17 +353,7 @@ def read_records(path: Path) -> list[dict]:
     """The records of a JSONL file; a last line cut short by a killed run is dropped from the file."""
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    records = []
-    for number, line in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines) - 1:
-                raise ValueError(f"{path} line {number + 1} is not JSON; fix or delete the file to regenerate") from None
-            logger.warning("%s: dropping a last line cut short by an interrupted run", path)
-            path.write_text("".join(lines[:-1]), encoding="utf-8")
-    return records
+    return [record for _, record in iter_jsonl(path, "fix or delete the file to regenerate", drop_cut_last_line=True)]
 
 
 def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[dict], list[tuple[str, dict]]]:

@@ -15,7 +15,7 @@ import logging
 import os
 import statistics
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -43,22 +43,21 @@ FULL = {"num_docs": 0, "num_queries": 310, "phrase_batches": 50}
 
 
 def parse_args(argv: list[str] | None) -> BenchmarkConfig:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for spec in fields(BenchmarkConfig):
-        if spec.type in ("bool", bool):
-            parser.add_argument(f"--{spec.name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
-                                default=spec.default, help=spec.metadata["help"])
-        else:
-            full = FULL.get(spec.name, spec.default)
-            parser.add_argument(f"--{spec.name.replace('_', '-')}", type=int, default=None,
-                                help=f"{spec.metadata['help']} (default {spec.default}; --full: {full})")
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(BenchmarkConfig, description=__doc__.split("\n\n")[0])
+    for action in parser._actions:
+        if action.dest in FULL:
+            action.help += f" (--full: {FULL[action.dest]})"
     parser.add_argument("--full", action="store_true", help="the full run: every lead, every question")
     parser.add_argument("--verbose", action="store_true", help="log progress (and show encoding progress bars)")
-    args = vars(parser.parse_args(argv))
+    # a flag left out keeps this marker (argparse fills in defaults only where the namespace has none), so --full can tell
+    unset = object()
+    args = vars(parser.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(FULL, unset))))
     full, verbose = args.pop("full"), args.pop("verbose")
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
-    chosen = {**(FULL if full else {}), **{name: value for name, value in args.items() if value is not None}}
-    return BenchmarkConfig(**chosen)
+    given = {name: value for name, value in args.items() if value is not unset}
+    return BenchmarkConfig(**{**(FULL if full else {}), **given})
 
 
 def per_query_ms(search, queries, k: int) -> float:

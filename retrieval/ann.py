@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import faiss
 import numpy as np
+
+from dynvocab.config import JsonConfig
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +25,7 @@ SEARCH_PARAM = {"ivf": "nprobe", "hnsw": "efSearch"}
 
 
 @dataclass
-class IndexConfig:
+class IndexConfig(JsonConfig):
     """How a :class:`~retrieval.DocumentIndex` builds and tunes its faiss index."""
 
     index_type: IndexType = field(default="auto", metadata={"help": "'flat', 'ivf', 'hnsw' or 'auto' (by size)"})
@@ -55,18 +57,6 @@ class IndexConfig:
                 _check_positive(name, getattr(self, name))
         if not 0.0 < self.target_recall <= 1.0:
             raise ValueError(f"target_recall={self.target_recall!r} must be in (0, 1], e.g. 0.95")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> IndexConfig:
-        """Build from saved settings; keys from a newer version are warned about and dropped."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            logger.warning("ignoring unknown IndexConfig keys %s (saved by a newer version?)", unknown)
-        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 def _check_positive(name: str, value: Any) -> None:

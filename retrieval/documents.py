@@ -6,7 +6,6 @@ line, or per blank-line separated paragraph) or a ``datasets.Dataset``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -14,6 +13,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
+
+from dynvocab.jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -61,21 +62,14 @@ def load_documents(
 def _read_file(path: Path, split: TextSplit) -> list[Any]:
     if not path.is_file():
         raise ValueError(f"document file {str(path)!r} does not exist; pass an existing .jsonl or .txt path")
-    text = path.read_text(encoding="utf-8")
     if path.suffix in (".jsonl", ".ndjson"):
-        return [_json_line(line, path, n) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        return [record for _, record in iter_jsonl(path, fix="write one JSON object a line")]
+    text = path.read_text(encoding="utf-8")
     if split == "paragraphs" or (split == "auto" and _BLANK_LINE.search(text.strip())):
         chunks = _BLANK_LINE.split(text)
     else:
         chunks = text.splitlines()
     return [chunk.strip() for chunk in chunks if chunk.strip()]
-
-
-def _json_line(line: str, path: Path, number: int) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{number} is not valid JSON ({error.msg}); write one JSON object a line") from error
 
 
 def _is_dataset(source: Any) -> bool:

@@ -14,10 +14,10 @@ from dynvocab import DynamicVocabLM, Phrase, Segment
 from dynvocab.generation import generate_continuations
 from dynvocab.padding import pad_id
 from dynvocab.stopping import CharacterBudget
-from evals.latency import STAGES, StageTimer
 
 from .index import DocumentIndex
 from .phrases import extract_phrases
+from .timing import STAGES, StageTimer
 
 logger = logging.getLogger(__name__)
 

@@ -6,14 +6,13 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
+
+from dynvocab.atomic import atomic_directory
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ def encoder_record(encoder: Any) -> dict[str, Any]:
 
 
 def write_index_dir(target: Path, index: faiss.Index, metadata: dict[str, Any]) -> Path:
-    """Write to a temporary sibling folder, then swap it in: a failed save leaves ``target`` as it was."""
+    """Write to a temporary sibling folder, then swap it in (``dynvocab.atomic``): a failed save leaves ``target`` as it was."""
     if target.exists() and not target.is_dir():
         raise ValueError(f"cannot save an index to {str(target)!r}: it is a file; pass a folder path")
     if target.is_dir() and any(target.iterdir()) and not (target / METADATA_FILE).exists():
@@ -50,11 +49,9 @@ def write_index_dir(target: Path, index: faiss.Index, metadata: dict[str, Any]) 
             f"refusing to overwrite {str(target)!r}: it is a non-empty folder that holds no saved index; "
             "pass a new or empty folder"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
-    try:
+    with atomic_directory(target) as staging:
         index_path = staging / INDEX_FILE
-        faiss.write_index(index, str(index_path))
+        faiss.write_index(index, os.fspath(index_path))
         record = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -66,28 +63,8 @@ def write_index_dir(target: Path, index: faiss.Index, metadata: dict[str, Any]) 
         }
         with open(staging / METADATA_FILE, "w", encoding="utf-8") as handle:
             json.dump(record, handle, ensure_ascii=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        _swap_in(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     logger.info("saved the index to %s", target)
     return target
-
-
-def _swap_in(staging: Path, target: Path) -> None:
-    if not target.exists():
-        os.replace(staging, target)
-        return
-    old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
-    os.replace(target, old)
-    try:
-        os.replace(staging, target)
-    except BaseException:
-        os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _sha256(path: Path) -> str:

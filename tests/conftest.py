@@ -8,9 +8,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2TokenizerFast
 
 from dynvocab.assets import fetch, gpt2_tokenizer_dir
+from tests.helpers import tiny_gpt2, tiny_llama, word_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -29,23 +30,10 @@ def tokenizer(_gpt2_tokenizer):
     return tokenizer
 
 
-def tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 16) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        hidden_size=hidden_size,
-        intermediate_size=32,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        vocab_size=vocab_size,
-        max_position_embeddings=256,
-    )
-    return LlamaForCausalLM(config).eval()
-
-
-def tiny_gpt2(vocab_size: int, seed: int = 0) -> GPT2LMHeadModel:
-    torch.manual_seed(seed)
-    return GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=vocab_size, n_positions=256)).eval()
+@pytest.fixture(scope="session", name="word_tokenizer")
+def _word_tokenizer():
+    """Word-level tokenizer over ``tests.helpers.WORDS`` (ids 4..), pad 0, bos 1, eos 2, unk 3; pads on the right."""
+    return word_tokenizer("right")
 
 
 @pytest.fixture(scope="session")

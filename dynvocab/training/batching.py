@@ -10,6 +10,8 @@ import torch
 from ..padding import pad_sequences
 from .samples import MixedSample
 
+__all__ = ["MixedBatch", "collate"]
+
 
 @dataclass
 class MixedBatch:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import ClassVar
 
-from .corpus import WIKIPEDIA_HELD_OUT
+from ..config import JsonConfig
+from ..corpora import WIKIPEDIA_HELD_OUT
 from .negatives import SOURCES
+
+__all__ = ["MODES", "PHRASE_SOURCES", "TrainConfig"]
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +19,7 @@ MODES = ("full", "lora", "frozen")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """Settings of ``dynvocab train``; defaults follow the paper where it gives one."""
 
     model: str = field(default="smollm2", metadata={"help": "Hub name or path of the causal LM; 'smollm2' is the offline asset."})
@@ -57,6 +58,8 @@ class TrainConfig:
     save_every: int = field(default=100, metadata={"help": "Steps between checkpoints."})
     seed: int = field(default=0, metadata={"help": "Seed of sampling, negatives and initialisation."})
 
+    config_name: ClassVar[str] = "train_config.json"
+
     def __post_init__(self) -> None:
         if self.phrases not in PHRASE_SOURCES:
             raise ValueError(f"phrases={self.phrases!r}; choose one of {PHRASE_SOURCES}")
@@ -76,14 +79,3 @@ class TrainConfig:
     @property
     def negative_names(self) -> list[str]:
         return [n.strip() for n in self.negatives.split(",") if n.strip()]
-
-    def save(self, directory: str | Path) -> None:
-        (Path(directory) / "train_config.json").write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, directory: str | Path) -> "TrainConfig":
-        values = json.loads((Path(directory) / "train_config.json").read_text())
-        known = {f.name for f in dataclasses.fields(cls)}
-        if set(values) - known:
-            logger.warning("ignoring unknown training settings %s", sorted(set(values) - known))
-        return cls(**{k: v for k, v in values.items() if k in known})

@@ -7,12 +7,15 @@ line by line, and Hub or local ``datasets`` folders are opened with ``streaming=
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from ..corpora import WIKIPEDIA_HELD_OUT, split_documents
+from ..jsonl import iter_jsonl
+
+__all__ = ["iter_texts", "wikipedia_split"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,27 +112,20 @@ def _load_dataset(source: str, name: str | None, split: str, streaming: bool):
 
 
 def _iter_jsonl(path: Path, text_field: str) -> Iterator[str]:
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number} is not valid JSON ({error.msg}); fix or remove that line") from error
-            if not isinstance(record, dict) or text_field not in record:
-                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-                raise ValueError(
-                    f"{path}:{number} has no field text_field={text_field!r} (found {keys}); "
-                    "pass text_field= naming the field that holds the text"
-                )
-            value = record[text_field]
-            if not isinstance(value, str):
-                raise ValueError(
-                    f"{path}:{number}: field {text_field!r} holds a {type(value).__name__}, not a string; "
-                    "pass text_field= naming a string field"
-                )
-            yield value
+    for number, record in iter_jsonl(path):
+        if not isinstance(record, dict) or text_field not in record:
+            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise ValueError(
+                f"{path}:{number} has no field text_field={text_field!r} (found {keys}); "
+                "pass text_field= naming the field that holds the text"
+            )
+        value = record[text_field]
+        if not isinstance(value, str):
+            raise ValueError(
+                f"{path}:{number}: field {text_field!r} holds a {type(value).__name__}, not a string; "
+                "pass text_field= naming a string field"
+            )
+        yield value
 
 
 def _iter_text_file(path: Path, paragraphs: bool | None) -> Iterator[str]:
@@ -186,29 +182,6 @@ def _iter_strings(source: Iterable) -> Iterator[str]:
                 "pass an iterable of strings (or a datasets.Dataset with text_field=)"
             )
         yield text
-
-
-def split_documents(documents: list[dict], held_out: float = 0.05, seed: int = 0) -> tuple[list[dict], list[dict]]:
-    """Split documents into (train, held-out), deterministically.
-
-    Documents are shuffled with ``random.Random(seed)``; the first ``round(held_out * n)``
-    (at least one) are held out. Both lists keep the input order, so the split is the
-    same on every machine.
-    """
-    if not 0.0 < held_out < 1.0:
-        raise ValueError(f"held_out={held_out} must be a fraction in (0, 1); pass e.g. 0.05")
-    order = list(range(len(documents)))
-    random.Random(seed).shuffle(order)
-    chosen = set(order[: max(1, round(held_out * len(documents)))])
-    train = [doc for i, doc in enumerate(documents) if i not in chosen]
-    heldout = [doc for i, doc in enumerate(documents) if i in chosen]
-    logger.info("split: %d train and %d held-out documents", len(train), len(heldout))
-    return train, heldout
-
-
-#: share of the offline Wikipedia leads held out from training and from the retrieval index: a fifth leaves
-#: 246 held-out leads of at least 32 + 128 SmolLM2 tokens, enough for the 200-prompt evaluation protocol
-WIKIPEDIA_HELD_OUT = 0.2
 
 
 def wikipedia_split(held_out: float = WIKIPEDIA_HELD_OUT, seed: int = 0) -> tuple[list[str], list[str]]:

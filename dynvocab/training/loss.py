@@ -12,6 +12,16 @@ from ..padding import pad_sequences
 from .batching import MixedBatch
 from .negatives import prefix_groups
 
+__all__ = [
+    "LossWeights",
+    "aligned_kl",
+    "dynamic_vocab_loss",
+    "encode_phrase_set",
+    "next_item_loss",
+    "term_counts",
+    "weighted_total",
+]
+
 
 @dataclass(frozen=True)
 class LossWeights:
@@ -81,6 +91,17 @@ def dynamic_vocab_loss(
         "token": next_item_loss(token_logits, batch.token_ids, batch.token_mask),
         "kl": aligned_kl(mixed, token_logits, batch, model.vocab_size),
     }
-    token_term = weights.token * terms["token"] if train_lm else 0.0
-    terms["loss"] = weights.phrase * terms["phrase"] + token_term + weights.kl * terms["kl"]
+    terms["loss"] = weighted_total(terms, weights, train_lm)
     return terms
+
+
+def weighted_total(terms: dict[str, torch.Tensor], weights: LossWeights, train_lm: bool) -> torch.Tensor:
+    """L_p + L_t + L_kl with their weights; L_t only when the LM trains."""
+    token_term = weights.token * terms["token"] if train_lm else 0.0
+    return weights.phrase * terms["phrase"] + token_term + weights.kl * terms["kl"]
+
+
+def term_counts(batch: MixedBatch) -> dict[str, torch.Tensor]:
+    """How many positions each term of ``dynamic_vocab_loss`` averages over (every item that has a next one)."""
+    mixed = batch.mixed_mask[:, 1:].sum()
+    return {"phrase": mixed, "token": batch.token_mask[:, 1:].sum(), "kl": mixed}

@@ -28,11 +28,24 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..padding import pad_sequences, position_ids_from_mask
-from .ngrams import SuccessorIndex
+from ..ngrams import SuccessorIndex
 from .samples import MixedSample
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+__all__ = [
+    "NegativeSampler",
+    "PreBatchQueue",
+    "PrefixGroups",
+    "SOURCES",
+    "generation_negatives",
+    "greedy_continuations",
+    "group_by_prefix",
+    "prefix_groups",
+    "prefix_negatives",
+    "self_retrieval_negatives",
+]
 
 logger = logging.getLogger(__name__)
 

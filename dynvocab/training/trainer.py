@@ -1,10 +1,19 @@
-"""The training loop on ``accelerate``: one CPU, one GPU, or many with ``accelerate launch``."""
+"""The training loop on ``accelerate``: one CPU, one GPU, or many processes with ``accelerate launch``.
+
+Under N processes every rank builds the same global stream of samples and trains on its
+own ``batch_size`` slice of each global batch (``sample_stream(..., shard, num_shards)``),
+so the shards are disjoint and together cover the data, and a run on N processes with
+``batch_size`` B trains on the batches a single process with ``batch_size`` N * B sees.
+Only the main process writes logs, exports and checkpoint files; each rank keeps its own
+RNG and negatives state in the checkpoint, and a resume needs the same number of processes.
+"""
 
 from __future__ import annotations
 
 import itertools
 import json
 import logging
+import os
 import pickle
 import random
 import time
@@ -12,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate import Accelerator, PartialState
+from accelerate.utils import reduce, set_seed
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
@@ -23,10 +32,24 @@ from ..model import DynamicVocabLM
 from .batching import MixedBatch, collate
 from .config import TrainConfig
 from .corpus import iter_texts, wikipedia_split
-from .loss import LossWeights, dynamic_vocab_loss
+from .loss import LossWeights, dynamic_vocab_loss, term_counts, weighted_total
 from .negatives import NegativeSampler
-from .ngrams import SuccessorIndex, mine_ngrams
+from ..ngrams import SuccessorIndex, mine_ngrams
 from .samples import FMMSampler, NIdsSampler, NWordsSampler, build_samples
+
+__all__ = [
+    "LM_ADAPTER",
+    "LM_WEIGHTS",
+    "Trainer",
+    "TrainingModule",
+    "build_model",
+    "cpu_processes",
+    "epoch_texts",
+    "mixed_precision",
+    "negatives_file",
+    "sample_stream",
+    "training_texts",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +65,17 @@ class TrainingModule(nn.Module):
         self.model, self.weights, self.train_lm = model, weights, train_lm
 
     def forward(self, batch: MixedBatch) -> dict[str, torch.Tensor]:
-        return dynamic_vocab_loss(self.model, batch, self.weights, self.train_lm)
+        terms = dynamic_vocab_loss(self.model, batch, self.weights, self.train_lm)
+        if PartialState().num_processes == 1:
+            return terms
+        # each term is a mean over this rank's positions; weigh it by this rank's share of all ranks' positions,
+        # so that the mean over ranks (the gradient DDP makes, the figure logged) is the mean over every position,
+        # as one process with the whole global batch computes it
+        counts = {name: count.float() for name, count in term_counts(batch).items()}
+        totals = reduce(counts, "mean")
+        terms = {name: terms[name] * counts[name] / totals[name].clamp(min=1) for name in counts}
+        terms["loss"] = weighted_total(terms, self.weights, self.train_lm)
+        return terms
 
 
 def build_model(config: TrainConfig) -> DynamicVocabLM:
@@ -87,8 +120,16 @@ def mixed_precision(setting: str) -> str:
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
 
 
-def sample_stream(config: TrainConfig, tokenizer, support: list[list[int]]) -> Iterator[list]:
-    """Endless batches of mixed samples, the same for the same config (so a resume can skip ahead)."""
+def sample_stream(
+    config: TrainConfig, tokenizer, support: list[list[int]], shard: int = 0, num_shards: int = 1
+) -> Iterator[list]:
+    """Endless batches of mixed samples, the same for the same config (so a resume can skip ahead).
+
+    The stream is cut into global batches of ``batch_size * num_shards`` samples, and shard
+    ``shard`` gets the ``shard``-th ``batch_size`` of each: shards are disjoint and cover the stream.
+    """
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"shard={shard} must be in [0, num_shards={num_shards})")
     if config.phrases == "n-words":
         sampler = NWordsSampler(min_gap=config.min_gap, phrase_prob=config.phrase_prob)
     elif config.phrases == "n-ids":
@@ -104,7 +145,13 @@ def sample_stream(config: TrainConfig, tokenizer, support: list[list[int]]) -> I
 
     samples = epochs()
     while True:
-        yield [next(samples) for _ in range(config.batch_size)]
+        batch = [next(samples) for _ in range(config.batch_size * num_shards)]
+        yield batch[shard * config.batch_size : (shard + 1) * config.batch_size]
+
+
+def cpu_processes() -> bool:
+    """Launched as several processes on a machine without CUDA: accelerate then needs ``cpu=True`` to use gloo."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
 
 
 class Trainer:
@@ -113,7 +160,8 @@ class Trainer:
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.accelerator = Accelerator(
-            gradient_accumulation_steps=config.grad_accum, mixed_precision=mixed_precision(config.mixed_precision)
+            gradient_accumulation_steps=config.grad_accum, mixed_precision=mixed_precision(config.mixed_precision),
+            cpu=cpu_processes(),
         )
         set_seed(config.seed)
         self.model = build_model(config)
@@ -138,7 +186,12 @@ class Trainer:
         module = TrainingModule(
             self.model, LossWeights(config.phrase_weight, config.token_weight, config.kl_weight), config.mode != "frozen"
         )
-        self.module, self.optimizer, self.scheduler = self.accelerator.prepare(module, optimizer, scheduler)
+        # the scheduler is not prepared: accelerate would step a prepared one once per process and optimizer step,
+        # so on N processes the warm-up and decay would run N times too fast; it is stepped here once per optimizer
+        # step on every rank, and saved with the checkpoints
+        self.module, self.optimizer = self.accelerator.prepare(module, optimizer)
+        self.scheduler = scheduler
+        self.accelerator.register_for_checkpointing(self.scheduler)
         self.step = 0
 
     # ------------------------------------------------------------------ loop
@@ -146,15 +199,17 @@ class Trainer:
         """Run to ``max_steps`` optimizer steps; with ``resume`` continue from the latest checkpoint."""
         config, accelerator = self.config, self.accelerator
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        config.save(self.output_dir)
-        stream = sample_stream(config, self.tokenizer, self.support)
+        if accelerator.is_main_process:
+            config.save(self.output_dir)
+        stream = sample_stream(config, self.tokenizer, self.support, accelerator.process_index, accelerator.num_processes)
         if resume:
             self._resume(stream)
         bar = tqdm(total=config.max_steps, initial=self.step, desc="train", disable=not accelerator.is_local_main_process)
-        log = open(self.output_dir / "log.jsonl", "a", encoding="utf-8")
+        log = open(self.output_dir / "log.jsonl", "a", encoding="utf-8") if accelerator.is_main_process else None
         started, last = time.perf_counter(), {}
         self.module.train()
         while self.step < config.max_steps:
+            lr = self.scheduler.get_last_lr()[0]
             for _ in range(config.grad_accum):
                 samples = next(stream)
                 batch = collate(samples, self.negatives(samples), self.model.vocab_size, self.negatives.in_batch)
@@ -164,21 +219,23 @@ class Trainer:
                     if accelerator.sync_gradients:
                         accelerator.clip_grad_norm_(self.module.parameters(), config.max_grad_norm)
                     self.optimizer.step()
-                    self.scheduler.step()
+                    if accelerator.sync_gradients:
+                        self.scheduler.step()
                     self.optimizer.zero_grad()
             self.step += 1
-            last = {k: float(v.detach()) for k, v in terms.items()}
+            last = {k: float(v) for k, v in accelerator.reduce({k: v.detach() for k, v in terms.items()}, "mean").items()}
             last["phrases"] = len(batch.phrases)
             bar.set_postfix({k: f"{v:.3f}" for k, v in last.items() if k != "phrases"})
             bar.update()
-            if self.step % config.log_every == 0 or self.step == config.max_steps:
-                record = {"step": self.step, "seconds": round(time.perf_counter() - started, 2), **last}
+            if log is not None and (self.step % config.log_every == 0 or self.step == config.max_steps):
+                record = {"step": self.step, "seconds": round(time.perf_counter() - started, 2), "lr": lr, **last}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
             if self.step % config.save_every == 0 and self.step < config.max_steps:
                 self.save_checkpoint(self.output_dir / f"checkpoint-{self.step}")
         bar.close()
-        log.close()
+        if log is not None:
+            log.close()
         self.save_checkpoint(self.output_dir / f"checkpoint-{self.step}")
         self.export(self.output_dir / "final")
         return last
@@ -200,22 +257,40 @@ class Trainer:
 
     def save_checkpoint(self, directory: Path) -> None:
         """Everything for an exact resume: model, optimizer, scheduler, RNG, sampler and negatives state."""
+        accelerator = self.accelerator
         self.export(directory)
-        self.accelerator.save_state(directory / "state")
-        if self.accelerator.is_main_process:
-            (directory / "trainer_state.json").write_text(json.dumps({"step": self.step}))
-            with open(directory / "negatives.pkl", "wb") as f:
-                pickle.dump(self.negatives.state_dict(), f)
+        accelerator.wait_for_everyone()  # the export has replaced the directory: now every rank may write into it
+        accelerator.save_state(directory / "state")
+        with open(directory / negatives_file(accelerator.process_index), "wb") as f:
+            pickle.dump(self.negatives.state_dict(), f)
+        if accelerator.is_main_process:
+            state = {"step": self.step, "num_processes": accelerator.num_processes}
+            (directory / "trainer_state.json").write_text(json.dumps(state))
+        accelerator.wait_for_everyone()
 
     def _resume(self, stream: Iterator) -> None:
         checkpoints = sorted(self.output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         if not checkpoints:
             raise FileNotFoundError(f"no checkpoint-* in {self.output_dir} to resume from; drop --resume to start fresh")
         latest = checkpoints[-1]
+        state = json.loads((latest / "trainer_state.json").read_text())
+        saved, now = state.get("num_processes", 1), self.accelerator.num_processes
+        if saved != now:
+            raise ValueError(
+                f"{latest} was written by a run on {saved} process(es) and this run has {now}: the sample stream and "
+                f"the RNG and negatives state are split by process, so resume with --num_processes {saved} "
+                "(keeping --batch-size), or start a new --output-dir"
+            )
         self.accelerator.load_state(latest / "state")
-        self.step = json.loads((latest / "trainer_state.json").read_text())["step"]
-        with open(latest / "negatives.pkl", "rb") as f:
+        self.step = state["step"]
+        with open(latest / negatives_file(self.accelerator.process_index), "rb") as f:
             self.negatives.load_state_dict(pickle.load(f))
         for _ in range(self.step * self.config.grad_accum):
             next(stream)
-        logger.info("resumed from %s at step %d", latest, self.step)
+        if self.accelerator.is_main_process:
+            logger.info("resumed from %s at step %d", latest, self.step)
+
+
+def negatives_file(process_index: int) -> str:
+    """The negatives state of one rank in a checkpoint (``negatives.pkl`` for the main one, as on one process)."""
+    return "negatives.pkl" if process_index == 0 else f"negatives-{process_index}.pkl"

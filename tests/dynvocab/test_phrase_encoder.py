@@ -36,7 +36,7 @@ def test_encoder_layers_are_copies_of_the_lm(llama, tokenizer):
 
 
 def test_encoder_from_another_causal_lm(llama, tokenizer):
-    from tests.conftest import tiny_llama
+    from tests.helpers import tiny_llama
 
     other = tiny_llama(len(tokenizer), seed=3)
     model = DynamicVocabLM.from_causal_lm(llama, tokenizer, encoder_model=other)

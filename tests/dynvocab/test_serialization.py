@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dynvocab import DynamicVocabLM, Phrase
-from tests.conftest import tiny_llama
+from tests.helpers import tiny_llama
 
 PHRASES = [" New York City", Phrase(" of the", "doc-1")]
 
@@ -71,3 +71,11 @@ def test_a_failed_save_keeps_the_previous_checkpoint(trained, monkeypatch, tmp_p
 def test_loading_a_directory_that_is_not_a_checkpoint(tmp_path, llama, tokenizer):
     with pytest.raises(FileNotFoundError, match="save_pretrained"):
         DynamicVocabLM.from_pretrained(tmp_path, llama, tokenizer)
+
+
+def test_unknown_arguments_are_refused(trained, llama, tokenizer, tmp_path):
+    with pytest.raises(TypeError, match="safe_serialization"):
+        trained.save_pretrained(tmp_path / "ckpt", safe_serialization=True)
+    trained.save_pretrained(tmp_path / "ckpt")
+    with pytest.raises(TypeError, match="device_map"):
+        DynamicVocabLM.from_pretrained(tmp_path / "ckpt", llama, tokenizer, device_map="auto")

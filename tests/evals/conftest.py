@@ -1,4 +1,4 @@
-"""Fixtures for the eval tests: a tiny word-level tokenizer and a tiny random Llama, built offline."""
+"""Fixtures for the eval tests: tiny random Llama and GPT-2 over the word-level tokenizer, built offline."""
 
 from __future__ import annotations
 
@@ -6,31 +6,6 @@ import copy
 
 import pytest
 import torch
-
-WORDS = "the cat sat on a mat dog ran to red blue big small and it was".split()
-
-
-def _tokenizer(padding_side: str):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(["<pad>", "<s>", "</s>", "<unk>", *WORDS])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        padding_side=padding_side,
-    )
-
-
-@pytest.fixture(scope="session")
-def word_tokenizer():
-    """Word-level tokenizer over ``WORDS`` (ids 4..), pad 0, bos 1, eos 2, unk 3; pads on the right."""
-    return _tokenizer("right")
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ from transformers import AutoModelForCausalLM
 
 from dynvocab import DynamicVocabLM
 from dynvocab.cli import main
-from dynvocab.demo import corpus_split
-from evals.baselines import MultiWordLM, MultiWordVocab
+from dynvocab.corpora import corpus_split
+from dynvocab.multiword import MultiWordLM, MultiWordVocab
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_a_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_refused(tmp_p
     assert read_records(path) == [{"id": 1}, {"id": 2}]
     assert path.read_text() == '{"id": 1}\n{"id": 2}\n'
     path.write_text('{"id": 1}\nnot json\n{"id": 3}\n')
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
+    with pytest.raises(ValueError, match="generations.jsonl:2 is not valid JSON"):
         read_records(path)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from retrieval_fakes import HashEncoder
+
+from tests.helpers import HashEncoder
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import json
 
 import datasets
 import pytest
-from retrieval_fakes import HashEncoder
+from tests.helpers import HashEncoder
 
 from retrieval import DocumentIndex, load_documents
 

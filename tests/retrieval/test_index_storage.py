@@ -7,7 +7,7 @@ import os
 import faiss
 import numpy as np
 import pytest
-from retrieval_fakes import HashEncoder
+from tests.helpers import HashEncoder
 
 import retrieval.storage
 from retrieval import DocumentIndex, IndexConfig

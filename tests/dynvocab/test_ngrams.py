@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from dynvocab.training.ngrams import SuccessorIndex, mine_ngram_counts, mine_ngrams
+from dynvocab.ngrams import SuccessorIndex, mine_ngram_counts, mine_ngrams
 
 CORPUS = [
     [1, 2, 3, 4, 1, 2, 3],

@@ -12,27 +12,14 @@ from pathlib import Path
 logger = logging.getLogger("dynvocab")
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
-    """One ``--flag`` per dataclass field, typed and documented from the field."""
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata.get("help", "") + f" (default: {f.default})"
-        if f.type in (bool, "bool"):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
-        else:
-            kind = {"int": int, "float": float}.get(str(f.type).split(" |")[0], str)
-            parser.add_argument(flag, type=kind, default=f.default, help=help_text)
-
-
 def dataclass_from_args(cls, args: argparse.Namespace):
+    """The ``cls`` config from the flags ``HfArgumentParser`` added for its fields."""
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .training.config import TrainConfig
-    from .training.trainer import Trainer
+    from ..training.config import TrainConfig
+    from ..training.trainer import Trainer
 
     config = dataclass_from_args(TrainConfig, args)
     final = Trainer(config).train(resume=args.resume)
@@ -40,7 +27,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_train_mwt(args: argparse.Namespace) -> None:
-    from evals.baselines import MultiWordTrainConfig, train_multiword
+    from ..training.multiword import MultiWordTrainConfig, train_multiword
 
     config = dataclass_from_args(MultiWordTrainConfig, args)
     _, log = train_multiword(config)
@@ -50,9 +37,10 @@ def cmd_train_mwt(args: argparse.Namespace) -> None:
 def cmd_index(args: argparse.Namespace) -> None:
     from encoders import DenseEncoder
     from retrieval import DocumentIndex
+    from retrieval.loading import document_encoder
 
-    from .assets import resolve_model
-    from .demo import CORPORA, document_encoder
+    from ..assets import resolve_model
+    from ..corpora import CORPORA
 
     source = CORPORA[args.data][0]() if args.data in CORPORA else args.data
     encoder = document_encoder() if args.encoder == "minilm" else DenseEncoder(resolve_model(args.encoder))
@@ -62,9 +50,8 @@ def cmd_index(args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
+    from retrieval.loading import load_stack
     from retrieval.pipeline import PhrasePipeline, PipelineConfig
-
-    from .demo import load_stack
 
     model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
     pipeline = PhrasePipeline(model, index, dataclass_from_args(PipelineConfig, args))
@@ -95,23 +82,25 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from evals.baselines import MultiWordTrainConfig
     from evals.protocol import EvalConfig
     from retrieval.pipeline import PipelineConfig
+    from transformers import HfArgumentParser
 
-    from .training.config import TrainConfig
+    from ..training.config import TrainConfig
+    from ..training.multiword import MultiWordTrainConfig
 
-    parser = argparse.ArgumentParser(prog="dynvocab", description=__doc__)
+    # one --flag (and --flag_name alias) per config field, typed from its annotation (transformers.HfArgumentParser)
+    parser = HfArgumentParser(prog="dynvocab", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train a phrase encoder (accelerate launch works too)")
-    add_dataclass_arguments(train, TrainConfig)
+    train = commands.add_parser("train", dataclass_types=TrainConfig, help="train a phrase encoder (accelerate launch works too)")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     train.set_defaults(func=cmd_train)
 
-    train_mwt = commands.add_parser("train-mwt", help="train the MWT baseline: frequent n-grams as static tokens")
-    add_dataclass_arguments(train_mwt, MultiWordTrainConfig)
+    train_mwt = commands.add_parser(
+        "train-mwt", dataclass_types=MultiWordTrainConfig, help="train the MWT baseline: frequent n-grams as static tokens"
+    )
     train_mwt.set_defaults(func=cmd_train_mwt)
 
     index = commands.add_parser("index", help="encode documents and build a FAISS index")
@@ -122,17 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--text-field", default="text")
     index.set_defaults(func=cmd_index)
 
-    generate = commands.add_parser("generate", help="retrieve, plug in phrases, generate")
+    generate = commands.add_parser("generate", dataclass_types=PipelineConfig, help="retrieve, plug in phrases, generate")
     generate.add_argument("--index", required=True, help="directory written by `dynvocab index`")
     generate.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
     generate.add_argument("--model", default="smollm2", help="causal LM name or path")
     generate.add_argument("--checkpoint", default=None, help="phrase-encoder checkpoint (save_pretrained directory); default: the shipped SmolLM2 one")
     generate.add_argument("--encoder", default="minilm", help="the index's document encoder")
-    add_dataclass_arguments(generate, PipelineConfig)
     generate.set_defaults(func=cmd_generate)
 
-    evaluate = commands.add_parser("eval", help="the paper's protocol and metrics against baselines; resumable")
-    add_dataclass_arguments(evaluate, EvalConfig)
+    evaluate = commands.add_parser(
+        "eval", dataclass_types=EvalConfig, help="the paper's protocol and metrics against baselines; resumable"
+    )
     evaluate.set_defaults(func=cmd_eval)
 
     demo = commands.add_parser("demo", help="the main job on the embedded default (SmolLM2, Wikipedia)")

@@ -7,49 +7,16 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .assets import license_texts, resolve_model, wikipedia_leads
-from .model import DynamicVocabLM
-from .training.corpus import WIKIPEDIA_HELD_OUT
+from retrieval.loading import demo_index
+
+from ..corpora import corpus_split
+from ..loading import SHIPPED_ENCODER, load_dynamic_lm
+from ..model import DynamicVocabLM
 
 logger = logging.getLogger(__name__)
 
-#: a phrase encoder trained by `dynvocab train` (settings in its train_config.json), shipped so the demo starts at once
-SHIPPED_ENCODER = Path(__file__).resolve().parents[1] / "examples" / "checkpoints" / "smollm2-wikipedia"
 DEMO_TRAINING = dict(mode="frozen", max_steps=60, batch_size=8, max_length=64, learning_rate=1e-3, warmup_steps=10)
-
-
-def load_lm(name: str) -> tuple[torch.nn.Module, object]:
-    path = resolve_model(name)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), tokenizer
-
-
-def load_dynamic_lm(name: str, checkpoint: str | Path | None) -> DynamicVocabLM:
-    """The LM with a trained phrase encoder (and the LM's LoRA adapter or weights, if they trained)."""
-    full = Path(checkpoint) / "lm_weights" if checkpoint is not None else None
-    lm, tokenizer = load_lm(str(full) if full is not None and full.exists() else name)
-    if checkpoint is None:
-        logger.warning("no phrase-encoder checkpoint given: phrases are encoded by an untrained encoder")
-        return DynamicVocabLM.from_causal_lm(lm, tokenizer).eval()
-    adapter = Path(checkpoint) / "lm_adapter"
-    if adapter.exists():
-        from peft import PeftModel
-
-        lm = PeftModel.from_pretrained(lm, adapter)
-    return DynamicVocabLM.from_pretrained(checkpoint, lm, tokenizer).eval()
-
-
-def load_stack(model: str, checkpoint: str | None, index_dir: str, encoder: str):
-    """Model and document index for ``dynvocab generate``."""
-    from encoders import DenseEncoder
-    from retrieval import DocumentIndex
-
-    documents = document_encoder() if encoder == "minilm" else DenseEncoder(resolve_model(encoder))
-    if checkpoint is None and model == "smollm2" and SHIPPED_ENCODER.exists():
-        checkpoint = SHIPPED_ENCODER
-    return load_dynamic_lm(model, checkpoint), DocumentIndex.load(index_dir, encoder=documents)
 
 
 def trained_encoder(workdir: Path) -> Path:
@@ -59,52 +26,13 @@ def trained_encoder(workdir: Path) -> Path:
     cached = workdir / "encoder" / "final"
     if (cached / "phrase_encoder.safetensors").exists():
         return cached
-    from .training.config import TrainConfig
-    from .training.trainer import Trainer
+    from ..training.config import TrainConfig
+    from ..training.trainer import Trainer
 
     config = TrainConfig(output_dir=str(workdir / "encoder"), **DEMO_TRAINING)
     print(f"No trained phrase encoder is cached: training a short one ({DEMO_TRAINING}) into {cached}.")
     Trainer(config).train()
     return cached
-
-
-#: the embedded corpora: name -> (documents, held-out share)
-CORPORA = {"wikipedia": (wikipedia_leads, WIKIPEDIA_HELD_OUT), "licenses": (license_texts, 0.1)}
-
-
-def corpus_split(name: str) -> tuple[list[dict], list[dict]]:
-    """(indexed, held-out) documents of an embedded corpus, the same split training uses."""
-    from .training.corpus import split_documents
-
-    if name not in CORPORA:
-        raise ValueError(f"corpus {name!r} is not embedded; choose from {sorted(CORPORA)}")
-    documents, held_out = CORPORA[name]
-    return split_documents(documents(), held_out)
-
-
-def document_encoder():
-    """MiniLM under bf16 autocast: 4-5x faster on CPU, vectors within cosine 0.9999 of fp32."""
-    from encoders import DenseEncoder
-
-    return DenseEncoder(resolve_model("minilm"), amp_dtype="bfloat16")
-
-
-def demo_index(workdir: Path, corpus: str = "wikipedia"):
-    """MiniLM + FAISS index of a corpus's training documents, built once and cached."""
-    from retrieval import DocumentIndex
-
-    encoder = document_encoder()
-    path = workdir / f"{corpus}-index"
-    documents = corpus_split(corpus)[0]
-    if (path / "metadata.json").exists():
-        index = DocumentIndex.load(path, encoder=encoder)
-        if len(index) == len(documents):
-            return index
-        print(f"The cached index in {path} has {len(index)} documents, the training part {len(documents)}: rebuilding it.")
-    print(f"Indexing {len(documents)} {corpus} documents with MiniLM (once; cached in {path}).")
-    index = DocumentIndex.build(documents, encoder, show_progress_bar=True)
-    index.save(path)
-    return index
 
 
 def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".cache/demo"), prompt_tokens: int = 32) -> list:

@@ -14,12 +14,13 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
 
-from dynvocab.assets import resolve_model
-from dynvocab.padding import pad_id, pad_sequences
-from dynvocab.training.corpus import WIKIPEDIA_HELD_OUT
-from dynvocab.training.trainer import epoch_texts, mixed_precision, training_texts
+from ..assets import resolve_model
+from ..corpora import WIKIPEDIA_HELD_OUT
+from ..multiword import MultiWordLM, MultiWordVocab
+from ..padding import pad_id, pad_sequences
+from .trainer import cpu_processes, epoch_texts, mixed_precision, training_texts
 
-from .multiword import MultiWordLM, MultiWordVocab
+__all__ = ["MultiWordTrainConfig", "batches", "train_multiword"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +57,14 @@ class MultiWordTrainConfig:
             raise ValueError(f"held_out={self.held_out} must be a fraction in (0, 1)")
 
 
-def batches(config: MultiWordTrainConfig, vocab: MultiWordVocab) -> Iterator[list[list[int]]]:
-    """Endless batches of merged id sequences, one epoch after another (see ``epoch_texts``)."""
+def batches(
+    config: MultiWordTrainConfig, vocab: MultiWordVocab, shard: int = 0, num_shards: int = 1
+) -> Iterator[list[list[int]]]:
+    """Endless batches of merged id sequences, one epoch after another (see ``epoch_texts``).
+
+    Shard ``shard`` of ``num_shards`` gets the ``shard``-th ``batch_size`` of each global batch of
+    ``batch_size * num_shards`` sequences (as ``sample_stream`` does for the phrase encoder).
+    """
 
     def sequences() -> Iterator[list[int]]:
         for epoch in itertools.count():
@@ -72,13 +79,14 @@ def batches(config: MultiWordTrainConfig, vocab: MultiWordVocab) -> Iterator[lis
 
     stream = sequences()
     while True:
-        yield [next(stream) for _ in range(config.batch_size)]
+        batch = [next(stream) for _ in range(config.batch_size * num_shards)]
+        yield batch[shard * config.batch_size : (shard + 1) * config.batch_size]
 
 
 def train_multiword(config: MultiWordTrainConfig) -> tuple[MultiWordLM, list[dict]]:
     """Mine the n-grams, grow the LM, train only the new rows (the LM stays frozen) and save them to
     ``output_dir`` (replaced whole). Returns the trained model and the log."""
-    accelerator = Accelerator(mixed_precision=mixed_precision("auto"))
+    accelerator = Accelerator(mixed_precision=mixed_precision("auto"), cpu=cpu_processes())
     set_seed(config.seed)
     path = resolve_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -97,22 +105,28 @@ def train_multiword(config: MultiWordTrainConfig) -> tuple[MultiWordLM, list[dic
         matrix.register_hook(lambda grad: grad * new_rows.to(grad))  # only the n-gram rows learn
     optimizer = torch.optim.AdamW(matrices, lr=config.learning_rate, weight_decay=0.0)
     scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.max_steps)
-    lm, optimizer, scheduler = accelerator.prepare(lm, optimizer, scheduler)
-    stream, started, log = batches(config, vocab), time.perf_counter(), []
+    lm, optimizer = accelerator.prepare(lm, optimizer)  # not the scheduler: prepared, it steps once per process
+    stream = batches(config, vocab, accelerator.process_index, accelerator.num_processes)
+    started, log = time.perf_counter(), []
     lm.train()
     for step in tqdm(range(1, config.max_steps + 1), desc="train-mwt", disable=not accelerator.is_local_main_process):
         ids, mask = pad_sequences(next(stream), pad_id(tokenizer), device=accelerator.device)
         loss = lm(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+        if accelerator.num_processes > 1:  # weigh by this rank's share of the tokens: the mean over ranks is the global mean
+            count = mask[:, 1:].sum().float()
+            loss = loss * count / accelerator.reduce(count, "mean").clamp(min=1)
         accelerator.backward(loss)
         accelerator.clip_grad_norm_(matrices, config.max_grad_norm)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
         if step % config.log_every == 0 or step == config.max_steps:
-            share = float((ids[mask == 1] >= vocab_size).float().mean())
+            share = (ids[mask == 1] >= vocab_size).float().mean()
+            loss, share = (float(x) for x in accelerator.reduce(torch.stack([loss.detach(), share]), "mean"))
             log.append({"step": step, "seconds": round(time.perf_counter() - started, 2),
-                        "loss": float(loss.detach()), "ngram_share": share})
-            logger.info("%s", log[-1])
+                        "loss": loss, "ngram_share": share})
+            if accelerator.is_main_process:
+                logger.info("%s", log[-1])
     lm.eval()
     model.lm = accelerator.unwrap_model(lm)
     accelerator.wait_for_everyone()

@@ -14,7 +14,7 @@ from dynvocab.training.negatives import (
     prefix_negatives,
     self_retrieval_negatives,
 )
-from dynvocab.training.ngrams import SuccessorIndex
+from dynvocab.ngrams import SuccessorIndex
 from dynvocab.training.samples import MixedSample
 
 VOCAB = 64

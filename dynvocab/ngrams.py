@@ -18,6 +18,8 @@ import numpy as np
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+__all__ = ["SuccessorIndex", "mine_ngram_counts", "mine_ngrams", "word_boundaries", "word_start_flags"]
+
 logger = logging.getLogger(__name__)
 
 _SEPARATOR = -1

@@ -18,10 +18,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from dynvocab.atomic import atomic_directory
-from dynvocab.model import tokenizer_fingerprint
-from dynvocab.segmentation import forward_max_match
-from dynvocab.training.ngrams import mine_ngrams, word_boundaries, word_start_flags
+from .atomic import atomic_directory
+from .ngrams import mine_ngrams, word_boundaries, word_start_flags
+from .segmentation import forward_max_match
+from .serialization import tokenizer_fingerprint
+
+__all__ = ["CONFIG_NAME", "MultiWordLM", "MultiWordVocab", "WEIGHTS_NAME"]
 
 CONFIG_NAME = "multiword_vocab.json"
 WEIGHTS_NAME = "multiword_embeddings.safetensors"

@@ -34,3 +34,12 @@ def test_bad_settings_exit_with_the_reason(workspace, capsys):
         main(["train", "--model", str(workspace / "lm"), "--mode", "half"])
     assert exit_info.value.code == 2
     assert "mode='half'" in capsys.readouterr().err
+
+
+def test_flags_are_typed_from_the_config_fields_under_both_spellings():
+    from dynvocab.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--max-steps", "3", "--learning_rate", "0.5", "--mode", "frozen"])
+    assert (args.max_steps, args.learning_rate, args.mode, args.batch_size) == (3, 0.5, "frozen", 8)
+    args = build_parser().parse_args(["generate", "--index", "i", "--prompt", "p", "--max-chars", "40", "--do-sample"])
+    assert (args.max_chars, args.do_sample, args.realtime) == (40, True, False)

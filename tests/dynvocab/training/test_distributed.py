@@ -1,0 +1,141 @@
+"""The trainer as a two-process job (``accelerate launch``, gloo on CPU) against one process with the same global batch.
+
+No negatives here: negatives drawn from a batch (in-batch, pre-batch, prefix, ...) come from each rank's
+own batch, so with them a two-process run is a different run from one process with the whole batch.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
+
+from dynvocab.assets import wikipedia_leads
+from dynvocab.multiword import CONFIG_NAME, WEIGHTS_NAME
+from dynvocab.training.config import TrainConfig
+from dynvocab.training.multiword import MultiWordTrainConfig, train_multiword
+from dynvocab.training.trainer import Trainer, sample_stream
+
+ROOT = Path(__file__).resolve().parents[3]
+#: float32 sums taken in another order (measured: losses 2e-6 apart, weights 7e-8)
+LOSS_TOLERANCE = 1e-4
+WEIGHT_TOLERANCE = 1e-5
+SETTINGS = dict(
+    mode="frozen", max_steps=4, max_length=32, negatives="", save_every=2, log_every=1, learning_rate=1e-2,
+    warmup_steps=1, support_texts=20,
+)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny_lm_dir):
+    root = tmp_path_factory.mktemp("distributed")
+    (root / "lm").symlink_to(tiny_lm_dir)
+    (root / "data.txt").write_text("\n\n".join(lead["text"] for lead in wikipedia_leads()[:40]))
+    return root
+
+
+def config(root: Path, name: str, batch_size: int) -> TrainConfig:
+    return TrainConfig(model=str(root / "lm"), data=str(root / "data.txt"), output_dir=str(root / name),
+                       batch_size=batch_size, **SETTINGS)
+
+
+def launch_two_processes(root: Path, name: str, *extra: str, command: str = "train", settings=SETTINGS) -> None:
+    """``accelerate launch`` of ``dynvocab train`` (or ``command``) on two CPU processes, each with half the global batch of 4."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    flags = [f"--{key.replace('_', '-')}={value}" for key, value in settings.items()]
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+        "-m", "dynvocab", command, "--model", str(root / "lm"), "--data", str(root / "data.txt"),
+        "--output-dir", str(root / name), "--batch-size", "2", *flags, *extra,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def log(root: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (root / name / "log.jsonl").read_text().splitlines()]
+
+
+def weights(root: Path, name: str) -> dict[str, torch.Tensor]:
+    return load_file(root / name / "final" / "phrase_encoder.safetensors")
+
+
+def test_two_processes_train_as_one_with_the_same_global_batch_and_resume_together(setup):
+    Trainer(config(setup, "one", batch_size=4)).train()
+    launch_two_processes(setup, "two")
+
+    one, two = log(setup, "one"), log(setup, "two")
+    assert [r["step"] for r in two] == [1, 2, 3, 4]  # one writer
+    assert [r["lr"] for r in two] == [r["lr"] for r in one]  # the warm-up and decay run once, not once per process
+    assert two[-1]["lr"] > 0
+    for a, b in zip(one, two):
+        for term in ("loss", "phrase", "token", "kl"):
+            assert abs(a[term] - b[term]) < LOSS_TOLERANCE, (a, b)
+    reference = weights(setup, "one")
+    for key, value in weights(setup, "two").items():
+        torch.testing.assert_close(value, reference[key], atol=WEIGHT_TOLERANCE, rtol=0)
+
+    # each checkpoint once, by the main process; every rank's RNG and negatives state inside it
+    assert sorted(p.name for p in (setup / "two").iterdir()) == [
+        "checkpoint-2", "checkpoint-4", "final", "log.jsonl", "train_config.json"
+    ]
+    checkpoint = setup / "two" / "checkpoint-2"
+    assert {"negatives.pkl", "negatives-1.pkl", "trainer_state.json"} <= {p.name for p in checkpoint.iterdir()}
+    assert {"random_states_0.pkl", "random_states_1.pkl", "model.safetensors", "optimizer.bin"} <= {
+        p.name for p in (checkpoint / "state").iterdir()
+    }
+    assert json.loads((checkpoint / "trainer_state.json").read_text()) == {"step": 2, "num_processes": 2}
+
+    # stopped after step 2: the resumed two-process run ends where the uninterrupted one did
+    shutil.copytree(setup / "two", setup / "resumed", symlinks=True)
+    shutil.rmtree(setup / "resumed" / "checkpoint-4")
+    shutil.rmtree(setup / "resumed" / "final")
+    (setup / "resumed" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in two[:2]))
+    launch_two_processes(setup, "resumed", "--resume")
+    assert [(r["step"], r["loss"]) for r in log(setup, "resumed")] == [(r["step"], r["loss"]) for r in two]
+    uninterrupted = weights(setup, "two")
+    for key, value in weights(setup, "resumed").items():
+        torch.testing.assert_close(value, uninterrupted[key], atol=0, rtol=0)
+
+    with pytest.raises(ValueError, match="2 process.* this run has 1.*--num_processes 2"):
+        Trainer(config(setup, "resumed", batch_size=2)).train(resume=True)
+
+
+def test_shards_are_disjoint_and_cover_the_global_batches(setup):
+    settings = config(setup, "shards", batch_size=2)
+    tokenizer = AutoTokenizer.from_pretrained(setup / "lm")
+    whole = sample_stream(dataclasses.replace(settings, batch_size=4), tokenizer, [])
+    shards = [sample_stream(settings, tokenizer, [], shard, 2) for shard in range(2)]
+    for _ in range(5):
+        expected = [sample.token_ids for sample in next(whole)]
+        parts = [[sample.token_ids for sample in next(stream)] for stream in shards]
+        assert parts[0] + parts[1] == expected
+    with pytest.raises(ValueError, match="shard=2"):
+        next(sample_stream(settings, tokenizer, [], 2, 2))
+
+
+def test_the_mwt_baseline_trains_on_two_processes_as_on_one(setup):
+    settings = dict(num_ngrams=20, min_count=2, max_steps=4, max_length=32, learning_rate=0.05, warmup_steps=1, log_every=1)
+    one = MultiWordTrainConfig(model=str(setup / "lm"), data=str(setup / "data.txt"), output_dir=str(setup / "mwt-one"),
+                               batch_size=4, **settings)
+    _, one_log = train_multiword(one)
+    launch_two_processes(setup, "mwt-two", command="train-mwt", settings=settings)
+    saved = json.loads((setup / "mwt-two" / CONFIG_NAME).read_text())
+    assert saved["ngrams"] == json.loads((setup / "mwt-one" / CONFIG_NAME).read_text())["ngrams"]
+    for a, b in zip(one_log, saved["train_log"], strict=True):
+        assert abs(a["loss"] - b["loss"]) < LOSS_TOLERANCE, (a, b)
+    rows = load_file(setup / "mwt-two" / WEIGHTS_NAME)
+    for name, value in load_file(setup / "mwt-one" / WEIGHTS_NAME).items():
+        torch.testing.assert_close(rows[name], value, atol=WEIGHT_TOLERANCE, rtol=0)

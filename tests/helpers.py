@@ -1,0 +1,66 @@
+"""Helpers the tests share: tiny random models built offline from configs, a word-level tokenizer, a model-free encoder.
+
+Fixtures live in the ``conftest.py`` files and build on these; tests import from here, never from a conftest.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+
+def tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 16) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        hidden_size=hidden_size,
+        intermediate_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=vocab_size,
+        max_position_embeddings=256,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_gpt2(vocab_size: int, seed: int = 0) -> GPT2LMHeadModel:
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=vocab_size, n_positions=256)).eval()
+
+
+WORDS = "the cat sat on a mat dog ran to red blue big small and it was".split()
+
+
+def word_tokenizer(padding_side: str = "right"):
+    """Word-level tokenizer over ``WORDS`` (ids 4..), pad 0, bos 1, eos 2, unk 3."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(["<pad>", "<s>", "</s>", "<unk>", *WORDS])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        padding_side=padding_side,
+    )
+
+
+class HashEncoder:
+    """Deterministic bag-of-words encoder: each word is a fixed random vector (seeded by the word)."""
+
+    def __init__(self, dim: int = 16, seed: int = 0, name: str = "hash-encoder", pooling: str = "mean") -> None:
+        self.dim, self.seed, self.name, self.pooling, self.normalize = dim, seed, name, pooling, True
+
+    def encode(self, texts, batch_size: int = 32, show_progress_bar=None) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                out[row] += np.random.default_rng([zlib.crc32(word.encode()), self.seed]).standard_normal(self.dim)
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
