@@ -159,7 +159,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         spaced = [
             Phrase(" " + p.text, p.source)
             for p, bare, with_space in zip(plain, ids[: len(plain)], ids[len(plain) :])
-            if len(with_space) <= len(bare) and with_space != bare
+            if 2 <= len(with_space) <= len(bare) and with_space != bare  # a variant that is one token is no phrase
         ]
         return phrases + spaced
 

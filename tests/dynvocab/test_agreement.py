@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from dynvocab.agreement import PhraseAgreement
+from tests.helpers import PhrasesAlwaysWin
 
 V = 10
 PHRASES = [(3, 4), (5, 6, 7), (3, 9)]
@@ -38,11 +39,7 @@ def test_generate_takes_the_agreement_setting(llama, tokenizer):
     model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
     model.set_phrases([" of the United States"])
 
-    class Always(torch.nn.Module):
-        def forward(self, hidden, vectors, mask=None):
-            return hidden[..., :1] * 0 + 1e4
-
-    model.scorer = Always()
+    model.scorer = PhrasesAlwaysWin()
     ids = tokenizer("Hello", return_tensors="pt").input_ids
     greedy = llama.generate(ids, max_new_tokens=3, do_sample=False)[0, 1:].tolist()
     agreed = model.generate(ids, max_new_tokens=3, do_sample=False, phrase_agreement_top_k=1)[0, 1:].tolist()

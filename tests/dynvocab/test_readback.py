@@ -142,6 +142,8 @@ def test_plain_word_phrases_work_mid_sentence(base_model, tokenizer):
     assert model.phrases == []
     model.set_phrases(["New York City"], mid_sentence_forms=False)
     assert [p.text for p in model.phrases] == ["New York City"]
+    model.set_phrases(["1924"])  # " 1924" is one GPT-2 token: no mid-sentence phrase
+    assert [p.text for p in model.phrases] == ["1924"]
 
 
 def test_inputs_embeds_are_refused_with_the_fix(model, tokenizer):

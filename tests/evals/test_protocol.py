@@ -51,7 +51,7 @@ def test_eval_writes_every_figure_and_resumes(workspace, capsys):
     assert (workspace / "out" / "latency.png").stat().st_size > 0
     assert (workspace / "out" / "phrases.png").stat().st_size > 0  # dynamic against dynamic-no-phrases
     report = (workspace / "out" / "report.md").read_text()
-    assert "| bare |" in report and "| mwt |" in report and "Diversity higher: **" in report
+    assert "| bare |" in report and "| mwt |" in report and "Diversity at least the bare LM's: **" in report
     lines = (workspace / "out" / "generations.jsonl").read_text().splitlines()
     timed = (workspace / "out" / "latency.jsonl").read_text().splitlines()
     assert len(lines) == 48 and len(timed) == 12
@@ -68,7 +68,7 @@ def test_eval_writes_every_figure_and_resumes(workspace, capsys):
 
 def test_retrieval_baselines_ablations_and_mauve_bounds(workspace):
     out = workspace / "out-ablation"
-    systems = "bare,bare-rag:docs=2,bare-rag-lookup,dynamic:readback=vector:no_repeat=3,dynamic:edges=any:ranking=frequency"
+    systems = "bare,bare-rag:docs=2,bare-rag-lookup,dynamic,dynamic:readback=vector:no_repeat=3,dynamic:edges=any:ranking=frequency"
     main(eval_args(workspace) + ["--systems", systems, "--latency-prompts", "1", "--output-dir", str(out)])
     results = json.loads((out / "results.json").read_text())
     assert list(results["results"]) == systems.split(",")
@@ -78,7 +78,9 @@ def test_retrieval_baselines_ablations_and_mauve_bounds(workspace):
     assert results["results"]["bare-rag-lookup"]["stage_means_s"]["retrieve"] > 0
     bounds = results["mauve_bounds"]
     assert 0 <= bounds["floor"] <= 100 and 0 <= bounds["ceiling"] <= 100 and bounds["ceiling_samples"] == 6
-    assert "ceiling" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "ceiling" in report and "| dynamic:edges=any:ranking=frequency |" in report.split("Ablations against")[0]
+    assert "| dynamic:readback=vector:no_repeat=3 |" in report.split("Ablations against")[1]
 
 
 def test_degenerate_floor_texts_loop_to_the_reference_length():

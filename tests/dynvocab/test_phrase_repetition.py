@@ -5,6 +5,7 @@ import torch
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
 
 from dynvocab.repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
+from tests.helpers import PhrasesAlwaysWin
 
 V = 20
 PHRASES = [(3, 4), (4, 5, 6), (7, 8), (9, 3, 4)]  # ids V .. V + 3
@@ -74,11 +75,7 @@ def test_generate_uses_phrase_aware_processors(llama, tokenizer):
     model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
     model.set_phrases([" of the United States"])
 
-    class Always(torch.nn.Module):  # the phrase always wins, unless it is banned
-        def forward(self, hidden, vectors, mask=None):
-            return hidden[..., :1] * 0 + 1e4
-
-    model.scorer = Always()
+    model.scorer = PhrasesAlwaysWin()
     ids = tokenizer("Hello", return_tensors="pt").input_ids
     looping = model.generate(ids, max_new_tokens=4, do_sample=False)[0, 1:].tolist()
     assert looping == [model.vocab_size] * 4
