@@ -398,18 +398,27 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         return super().generate(*args, **kwargs)
 
     def _phrase_aware_repetition(self, kwargs: dict) -> dict:
-        """Swap ``no_repeat_ngram_size`` / ``repetition_penalty`` for processors that see phrases as tokens,
-        and turn ``phrase_agreement_top_k`` into ``PhraseAgreement``."""
-        ngram, penalty = kwargs.pop("no_repeat_ngram_size", None), kwargs.pop("repetition_penalty", None)
-        agreement = kwargs.pop("phrase_agreement_top_k", None)
-        processors = [PhraseAgreement(agreement, self.vocab_size, self.phrase_table.token_ids)] if agreement else []
-        if ngram:
-            processors.append(PhraseNoRepeatNGram(ngram, self.vocab_size, self.phrase_table.token_ids))
-        if penalty is not None and penalty != 1.0:
-            processors.append(PhraseRepetitionPenalty(penalty, self.vocab_size, self.phrase_table.token_ids))
+        """Swap ``no_repeat_ngram_size`` / ``repetition_penalty`` / ``phrase_agreement_top_k`` for ``phrase_logits_processors``."""
+        processors = self.phrase_logits_processors(
+            kwargs.pop("no_repeat_ngram_size", None), kwargs.pop("repetition_penalty", None),
+            kwargs.pop("phrase_agreement_top_k", None),
+        )
         if processors:
             kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), *processors])
         return kwargs
+
+    def phrase_logits_processors(
+        self, no_repeat_ngram_size: int | None = None, repetition_penalty: float | None = None,
+        phrase_agreement_top_k: int | None = None,
+    ) -> LogitsProcessorList:
+        """The phrase-aware processors for these settings (None or off: left out), over the current phrase table."""
+        token_ids, vocab = self.phrase_table.token_ids, self.vocab_size
+        processors = [PhraseAgreement(phrase_agreement_top_k, vocab, token_ids)] if phrase_agreement_top_k else []
+        if no_repeat_ngram_size:
+            processors.append(PhraseNoRepeatNGram(no_repeat_ngram_size, vocab, token_ids))
+        if repetition_penalty is not None and repetition_penalty != 1.0:
+            processors.append(PhraseRepetitionPenalty(repetition_penalty, vocab, token_ids))
+        return LogitsProcessorList(processors)
 
     # ------------------------------------------------------------------ saving
     def save_pretrained(self, save_directory, save_phrases: bool = False, **unknown) -> None:

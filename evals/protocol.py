@@ -64,6 +64,7 @@ class EvalConfig:
     ranking: str = field(default="relevance", metadata={"help": "Dynamic systems: phrase order, 'relevance' or 'frequency'."})
     phrase_bias: float = field(default=0.0, metadata={"help": "Dynamic systems: calibration bias added to phrase logits."})
     agreement_top_k: int = field(default=3, metadata={"help": "Dynamic systems: a phrase may start only with one of the LM's top-k tokens (0: off)."})
+    verify_top_k: int = field(default=0, metadata={"help": "Dynamic systems: verified decoding, keep a phrase while its tokens are in the LM's top-k (0: off)."})
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "Every system: no repeated token n-gram (phrases spelled out; 0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "Every system: CTRL repetition penalty (1: off)."})
     rag_documents: int = field(default=3, metadata={"help": "bare-rag systems: retrieved documents put in the context."})
@@ -294,6 +295,7 @@ class Generators:
             do_sample=c.decoding == "nucleus", top_p=c.top_p, edges=spec.get("edges", c.edges),
             ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
+            verify_top_k=spec.get("verify", c.verify_top_k),
         )  # its generation_kwargs() are what sampling() gives the other systems
 
     def _dynamic(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
@@ -374,7 +376,7 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 #: settings that change what is generated: a run resumes only under the same ones
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
-                       "readback", "edges", "ranking", "phrase_bias", "agreement_top_k", "no_repeat_ngram_size", "repetition_penalty",
+                       "readback", "edges", "ranking", "phrase_bias", "agreement_top_k", "verify_top_k", "no_repeat_ngram_size", "repetition_penalty",
                        "rag_documents", "rag_document_tokens", "lookup_tokens")
 
 

@@ -14,6 +14,7 @@ from dynvocab import DynamicVocabLM, Phrase, Segment
 from dynvocab.generation import generate_continuations
 from dynvocab.padding import pad_id
 from dynvocab.stopping import CharacterBudget
+from dynvocab.verification import generate_verified
 
 from .index import DocumentIndex
 from .phrases import extract_phrases
@@ -37,6 +38,11 @@ class PipelineConfig:
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "No n-gram of tokens twice, phrases spelled out (0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty, phrases spelled out (1: off)."})
     agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
+    verify_top_k: int = field(
+        default=0,
+        metadata={"help": "Verified decoding: keep an emitted phrase only while each token is in the LM's top-k there "
+                          "(one prompt at a time; 0: off)."},
+    )
     max_new_tokens: int = field(default=128, metadata={"help": "Decoding steps at most."})
     max_chars: int | None = field(default=None, metadata={"help": "Stop once the continuation has this many characters."})
     do_sample: bool = field(default=False, metadata={"help": "Sample instead of greedy decoding."})
@@ -57,9 +63,9 @@ class PipelineConfig:
         if self.edges not in ("content", "any") or self.ranking not in ("relevance", "frequency"):
             raise ValueError(f"edges={self.edges!r}, ranking={self.ranking!r}; choose edges 'content' or 'any', "
                              "ranking 'relevance' or 'frequency'")
-        if self.no_repeat_ngram_size < 0 or self.repetition_penalty <= 0 or self.agreement_top_k < 0:
-            raise ValueError(f"no_repeat_ngram_size={self.no_repeat_ngram_size} and agreement_top_k="
-                             f"{self.agreement_top_k} must be >= 0, repetition_penalty={self.repetition_penalty} > 0")
+        if min(self.no_repeat_ngram_size, self.agreement_top_k, self.verify_top_k) < 0 or self.repetition_penalty <= 0:
+            raise ValueError(f"no_repeat_ngram_size={self.no_repeat_ngram_size}, agreement_top_k={self.agreement_top_k} and "
+                             f"verify_top_k={self.verify_top_k} must be >= 0, repetition_penalty={self.repetition_penalty} > 0")
 
     def generation_kwargs(self) -> dict[str, Any]:
         # pure nucleus sampling: top_k=0 lifts the default top-50 cut of the generation config
@@ -142,7 +148,7 @@ class PhrasePipeline:
         prompt_ids = self.model.tokenizer(prompt, return_tensors="pt").input_ids.to(self.model.device)
         ids = self._generate_realtime(prompt_ids, phrases, timer)
         new = ids[0, prompt_ids.shape[1] :].tolist()
-        return self._result(prompt, new, documents, len(phrases), timer.totals())
+        return self._result(prompt, new, documents, len(phrases), len(new), timer.totals())
 
     @torch.no_grad()
     def batch(self, prompts: list[str], max_chars: Sequence[int] | None = None) -> list[PipelineResult]:
@@ -163,22 +169,47 @@ class PhrasePipeline:
             model.set_phrases(phrases if len(prompts) > 1 else phrases[0], mid_sentence_forms=False)
         budgets = max_chars if max_chars is not None else [c.max_chars] * len(prompts) if c.max_chars else None
         with timer.stage("decode"):
-            new = generate_continuations(
-                model, model.tokenizer(prompts)["input_ids"], pad_id(model.tokenizer), c.max_new_tokens,
-                decode=model.decode, max_chars=budgets, **c.generation_kwargs(),
-            )
+            if c.verify_top_k:
+                new, steps = self._generate_verified(prompts, budgets)
+            else:
+                new = generate_continuations(
+                    model, model.tokenizer(prompts)["input_ids"], pad_id(model.tokenizer), c.max_new_tokens,
+                    decode=model.decode, max_chars=budgets, **c.generation_kwargs(),
+                )
+                steps = [len(ids) for ids in new]
         shares = {stage: seconds / len(prompts) for stage, seconds in timer.totals().items()}
-        return [self._result(*row, shares) for row in zip(prompts, new, documents, map(len, phrases))]
+        return [self._result(*row, shares) for row in zip(prompts, new, documents, map(len, phrases), steps)]
+
+    def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None) -> tuple[list[list[int]], list[int]]:
+        """Each prompt by ``generate_verified`` with its row's phrases: the new ids and the steps they took."""
+        c, model = self.config, self.model
+        kwargs = c.generation_kwargs()
+        processors = model.phrase_logits_processors(
+            kwargs.get("no_repeat_ngram_size"), kwargs.get("repetition_penalty"), kwargs.get("phrase_agreement_top_k")
+        )
+        new, steps = [], []
+        for row, prompt in enumerate(prompts):
+            ids = model.tokenizer(prompt, return_tensors="pt").input_ids
+            budget = [budgets[row]] if budgets is not None else None
+            out = generate_verified(
+                model, ids, c.max_new_tokens, accept_top_k=c.verify_top_k, do_sample=c.do_sample, top_p=c.top_p,
+                temperature=c.temperature, logits_processor=processors, row=row if len(prompts) > 1 else None,
+                stopping_criteria=character_budget(model, ids.shape[1], budget[0] if budget else None),
+            )
+            new.append(out.sequences[0, ids.shape[1] :].tolist())
+            steps.append(out.steps)
+        return new, steps
 
     def _timer(self) -> StageTimer:
         """Stage timing; on a GPU queued kernels are waited for, so each stage is charged its own work."""
         return StageTimer(synchronize=torch.cuda.synchronize if self.model.device.type == "cuda" else None)
 
-    def _result(self, prompt: str, new: list[int], documents: list[dict], num_phrases: int, latency: dict) -> PipelineResult:
+    def _result(self, prompt: str, new: list[int], documents: list[dict], num_phrases: int, steps: int,
+                latency: dict) -> PipelineResult:
         segments = self.model.segments(new, skip_special_tokens=True)
         return PipelineResult(
             prompt=prompt, text="".join(s.text for s in segments), segments=segments, documents=documents,
-            num_phrases=num_phrases, steps=len(new), latency={stage: latency.get(stage, 0.0) for stage in STAGES},
+            num_phrases=num_phrases, steps=steps, latency={stage: latency.get(stage, 0.0) for stage in STAGES},
         )
 
     def _generate_realtime(self, prompt_ids: torch.Tensor, phrases: list[Phrase], timer: StageTimer) -> torch.Tensor:

@@ -101,3 +101,13 @@ def test_a_batch_matches_one_prompt_at_a_time_under_greedy_decoding(pipeline):
     prompts = ["Which river flows through New York City?", "The capital of Japan"]
     alone = [pipeline(p).text for p in prompts]
     assert [r.text for r in pipeline.batch(prompts)] == alone
+
+
+def test_verified_decoding_keeps_rows_budgets_and_counts_steps(pipeline):
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=10, verify_top_k=2, agreement_top_k=0)
+    prompts = ["Which river flows through New York City?", "Where is the Eiffel Tower?"]
+    results = pipeline.batch(prompts, max_chars=[20, 30])
+    for result, budget in zip(results, [20, 30]):
+        assert 1 <= result.steps <= 10
+        assert len(result.text) >= budget or result.steps == 10
+        assert result.steps <= len(pipeline.model.tokenizer(result.text, add_special_tokens=False).input_ids) + 1

@@ -1,0 +1,114 @@
+"""Verified decoding: an emitted phrase is read back as its tokens and kept only as far as the LM agrees.
+
+The forward call that reads a phrase's ``k`` tokens back gives the LM's own scores at
+every one of them for free. ``generate_verified`` accepts the longest prefix whose every
+token after the first is among the LM's ``accept_top_k`` tokens at its position (a
+relaxed acceptance rule like NEST's, Li et al. 2024: ``accept_top_k=1`` keeps only what
+greedy decoding of the bare LM would write), drops the rest from the KV cache
+(``DynamicCache.crop``) and goes on from the last kept token. Whatever was kept, the step
+counts as one. A kept prefix that is itself a phrase of the row's set is emitted as that
+phrase; otherwise its tokens are.
+
+It decodes one prompt at a time, like speculative decoding in ``transformers``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+__all__ = ["VerifiedOutput", "generate_verified"]
+
+
+@dataclass
+class VerifiedOutput:
+    """``sequences`` ``(1, L + n)`` mixed ids (prompt first); ``steps`` decoding steps; ``cut`` phrases cut short."""
+
+    sequences: torch.LongTensor
+    steps: int
+    cut: int
+
+
+def _choose(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessorList, ids: torch.Tensor) -> int:
+    if not do_sample:
+        return int(scores.argmax(-1))
+    probs = torch.softmax(warpers(ids, scores), dim=-1)
+    return int(torch.multinomial(probs, 1))
+
+
+@torch.no_grad()
+def generate_verified(
+    model,
+    input_ids: torch.LongTensor,
+    max_new_tokens: int,
+    *,
+    accept_top_k: int = 3,
+    do_sample: bool = False,
+    top_p: float = 1.0,
+    temperature: float = 1.0,
+    logits_processor: LogitsProcessorList | None = None,
+    stopping_criteria: StoppingCriteriaList | None = None,
+    eos_token_id: int | None = None,
+    row: int | None = None,
+) -> VerifiedOutput:
+    """Decode ``max_new_tokens`` steps from ``input_ids`` ``(1, L)`` (token ids) with verified phrases.
+
+    ``model`` is a ``DynamicVocabLM``; ``row`` picks one row's phrase set after per-row
+    ``set_phrases`` (default: every phrase). ``logits_processor`` sees the mixed ids and
+    the ``(1, V + P)`` scores of each step, like ``generate``'s.
+    """
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"generate_verified decodes one prompt: input_ids must be (1, L), got {tuple(input_ids.shape)}")
+    if not isinstance(accept_top_k, int) or accept_top_k < 1:
+        raise ValueError(f"accept_top_k must be a positive int, got {accept_top_k!r}")
+    vocab, table = model.vocab_size, model.phrase_table
+    mask = None if row is None or model._row_masks is None else model._row_masks[row : row + 1].to(model.device)
+    processors = logits_processor or LogitsProcessorList()
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature), TopPLogitsWarper(top_p)] if do_sample else [])
+    stopping = stopping_criteria or StoppingCriteriaList()
+    eos = model.generation_config.eos_token_id if eos_token_id is None else eos_token_id
+    ids = input_ids.to(model.device)
+    cache = DynamicCache()
+    logits = model(ids, past_key_values=cache, use_cache=True, phrase_mask=mask).logits[:, -1]
+    steps = cut = 0
+    while steps < max_new_tokens:
+        scores = processors(ids, logits.float())
+        chosen = _choose(scores[0], do_sample, warpers, ids)
+        tokens = list(table.token_ids[chosen - vocab]) if chosen >= vocab else [chosen]
+        out = model(torch.tensor([tokens], device=ids.device), past_key_values=cache, use_cache=True, phrase_mask=mask)
+        kept = _accepted(out.logits[0, :, :vocab], tokens, accept_top_k)
+        if kept < len(tokens):
+            cache.crop(kept - len(tokens))  # transformers 5: a negative count removes that many slots
+            cut += 1
+        emitted = _as_ids(tokens[:kept], chosen if kept == len(tokens) else None, table, vocab, mask)
+        ids = torch.cat([ids, torch.tensor([emitted], device=ids.device)], dim=1)
+        logits = out.logits[:, kept - 1]
+        steps += 1
+        if (eos is not None and tokens[kept - 1] in (eos if isinstance(eos, list) else [eos])) or bool(
+            stopping(ids, scores).all() if len(stopping) else False
+        ):
+            break
+    return VerifiedOutput(ids, steps, cut)
+
+
+def _accepted(lm_logits: torch.Tensor, tokens: list[int], top_k: int) -> int:
+    """How many of ``tokens`` the LM accepts: the first always, then each while it is in the LM's top-k there.
+
+    ``lm_logits`` ``(k, V)``: row ``j`` is the LM's next-token scores after ``tokens[j]``.
+    """
+    best = lm_logits[:-1].topk(min(top_k, lm_logits.shape[-1]), dim=-1).indices  # (k - 1, top_k)
+    agrees = (best == torch.tensor(tokens[1:], device=best.device)[:, None]).any(-1).tolist()
+    return 1 + next((j for j, ok in enumerate(agrees) if not ok), len(agrees))
+
+
+def _as_ids(tokens: list[int], whole: int | None, table, vocab: int, mask: torch.Tensor | None) -> list[int]:
+    """The ids a kept prefix is emitted as: the chosen phrase if whole, a phrase of the row's set, or its tokens."""
+    if whole is not None:
+        return [whole]
+    index = table.index_of_ids(tuple(tokens)) if len(tokens) > 1 else None
+    if index is not None and (mask is None or bool(mask[0, index])):
+        return [vocab + index]
+    return tokens
