@@ -16,7 +16,7 @@ from . import text
 from .config import DynamicVocabConfig
 from .agreement import PhraseAgreement
 from .phrase_encoder import PhraseEncoder, unwrap_model
-from .phrase_table import Phrase, PhraseLike, PhraseTable, as_phrase
+from .phrase_table import PhraseLike, PhraseTable
 from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
@@ -114,12 +114,12 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
         Vectors of phrases already in the table are reused; only new ones are encoded.
         With ``mid_sentence_forms`` a phrase written without its leading space also enters
-        in the form running text uses (see ``with_mid_sentence_forms``); phrases cut from
+        in the form running text uses (``PhraseTable.with_mid_sentence_forms``); phrases cut from
         documents already carry their space and are passed with it off.
         """
         per_row = bool(phrases) and all(isinstance(p, (list, tuple)) for p in phrases)
         rows = list(phrases) if per_row else [list(phrases)]
-        expand = self.with_mid_sentence_forms if mid_sentence_forms else lambda row: row
+        expand = self.phrase_table.with_mid_sentence_forms if mid_sentence_forms else lambda row: row
         checked = [self.phrase_table.validate(expand(row)) for row in rows]
         wanted = {p.text for row in checked for p, _ in row}
         self.phrase_table.keep([i for i, p in enumerate(self.phrase_table.phrases) if p.text in wanted])
@@ -131,7 +131,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
     def add_phrases(self, phrases: Sequence[PhraseLike], mid_sentence_forms: bool = True) -> None:
         """Add phrases to the shared set (every row may use them); only new ones are encoded."""
         before = len(self.phrase_table)
-        self.phrase_table.add(self.with_mid_sentence_forms(phrases) if mid_sentence_forms else phrases)
+        self.phrase_table.add(self.phrase_table.with_mid_sentence_forms(phrases) if mid_sentence_forms else phrases)
         if self._row_masks is not None:
             grown = torch.ones(self._row_masks.shape[0], len(self.phrase_table), dtype=torch.bool)
             grown[:, :before] = self._row_masks
@@ -140,28 +140,11 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     def remove_phrases(self, phrases: Sequence[PhraseLike]) -> None:
         """Remove phrases; ids of later phrases move down by the number removed."""
-        keep_texts = {p.text for p in self.phrase_table.phrases} - {p.text for p in self.with_mid_sentence_forms(phrases)}
+        keep_texts = {p.text for p in self.phrase_table.phrases} - {p.text for p in self.phrase_table.with_mid_sentence_forms(phrases)}
         kept = [i for i, p in enumerate(self.phrase_table.phrases) if p.text in keep_texts]
         if self._row_masks is not None:
             self._row_masks = self._row_masks[:, kept]
         self.phrase_table.keep(kept)
-
-    def with_mid_sentence_forms(self, phrases: Sequence[PhraseLike]) -> list[Phrase]:
-        """``phrases`` plus, for each one written without a leading space ("New York City"), the form
-        running text uses mid-sentence (" New York City", same source), when the tokenizer folds
-        that space into the first token (GPT-2 and Llama-3-style byte-level BPE do)."""
-        phrases = [as_phrase(p) for p in phrases]
-        plain = [p for p in phrases if p.text[:1].isalnum()]
-        if not plain:
-            return phrases
-        encode = self.tokenizer([p.text for p in plain] + [" " + p.text for p in plain], add_special_tokens=False)
-        ids = encode["input_ids"]
-        spaced = [
-            Phrase(" " + p.text, p.source)
-            for p, bare, with_space in zip(plain, ids[: len(plain)], ids[len(plain) :])
-            if 2 <= len(with_space) <= len(bare) and with_space != bare  # a variant that is one token is no phrase
-        ]
-        return phrases + spaced
 
     def _build_row_masks(self, rows) -> torch.Tensor:
         masks = torch.zeros(len(rows), len(self.phrase_table), dtype=torch.bool)

@@ -97,6 +97,23 @@ class PhraseTable:
             checked.append((phrase, tuple(ids)))
         return checked
 
+    def with_mid_sentence_forms(self, items: Iterable[PhraseLike]) -> list[Phrase]:
+        """``items`` plus, for each phrase written without a leading space ("New York City"), the form
+        running text uses mid-sentence (" New York City", same source), when the tokenizer folds
+        that space into the first token (GPT-2 and Llama-3-style byte-level BPE do) and the form is a
+        phrase (two tokens or more)."""
+        phrases = [as_phrase(p) for p in items]
+        plain = [p for p in phrases if p.text[:1].isalnum()]
+        if not plain:
+            return phrases
+        ids = self.tokenizer([p.text for p in plain] + [" " + p.text for p in plain], add_special_tokens=False)["input_ids"]
+        spaced = [
+            Phrase(" " + p.text, p.source)
+            for p, bare, with_space in zip(plain, ids[: len(plain)], ids[len(plain) :])
+            if 2 <= len(with_space) <= len(bare) and with_space != bare
+        ]
+        return phrases + spaced
+
     def add(self, items: Iterable[PhraseLike]) -> list[int]:
         """Add phrases (validated first, all or nothing). Returns the table indices that are new."""
         return self.add_validated(self.validate(items))
