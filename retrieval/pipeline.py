@@ -35,7 +35,7 @@ class PipelineConfig:
     max_phrases: int = field(default=2048, metadata={"help": "Phrases plugged in per prompt at most."})
     edges: str = field(default="content", metadata={"help": "Phrase edges: 'content' (no stopword first or last) or 'any'."})
     ranking: str = field(default="relevance", metadata={"help": "Phrase order: 'relevance' (by document rank) or 'frequency'."})
-    no_repeat_ngram_size: int = field(default=0, metadata={"help": "No n-gram of tokens twice, phrases spelled out (0: off)."})
+    no_repeat_ngram_size: int = field(default=4, metadata={"help": "No n-gram of tokens twice, phrases spelled out (0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty, phrases spelled out (1: off)."})
     agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
     verify_top_k: int = field(

@@ -45,14 +45,16 @@ def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".
     leads = corpus_split("wikipedia")[1]
     index = demo_index(workdir)
     model = load_dynamic_lm("smollm2", checkpoint)
-    pipeline = PhrasePipeline(model, index, PipelineConfig(max_new_tokens=max_new_tokens))
+    config = PipelineConfig(max_new_tokens=max_new_tokens)
+    pipeline = PhrasePipeline(model, index, config)
     tokenizer = model.tokenizer
-    print(f"Phrase encoder: {checkpoint}\n")
+    print(f"Phrase encoder: {checkpoint}")
+    print(f"Greedy decoding, both with no_repeat_ngram_size={config.no_repeat_ngram_size} (phrases count as their tokens)\n")
     results = []
     for lead in leads[:prompts]:
         prompt = tokenizer.decode(tokenizer(lead["text"]).input_ids[:prompt_tokens])
         result = pipeline(prompt)
-        bare = bare_continuation(model, prompt, max_new_tokens)
+        bare = bare_continuation(model, prompt, max_new_tokens, config.no_repeat_ngram_size)
         results.append((result, bare))
         print_result(lead["title"], result, bare)
     summarize(results)
@@ -60,11 +62,12 @@ def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".
 
 
 @torch.no_grad()
-def bare_continuation(model: DynamicVocabLM, prompt: str, max_new_tokens: int) -> dict:
-    """The bare LM (same weights, KV cache on) generating ``max_new_tokens`` tokens: text, seconds, steps."""
+def bare_continuation(model: DynamicVocabLM, prompt: str, max_new_tokens: int, no_repeat_ngram_size: int = 0) -> dict:
+    """The bare LM (same weights, KV cache on, same repetition safeguard) generating ``max_new_tokens`` tokens:
+    text, seconds, steps."""
     ids = model.tokenizer(prompt, return_tensors="pt").input_ids
     start = time.perf_counter()
-    out = model.lm.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
+    out = model.lm.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, no_repeat_ngram_size=no_repeat_ngram_size)
     seconds = time.perf_counter() - start
     new = out[0, ids.shape[1] :]
     return {"text": model.tokenizer.decode(new, skip_special_tokens=True), "seconds": seconds, "steps": int(new.shape[0])}
