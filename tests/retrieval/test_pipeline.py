@@ -74,7 +74,10 @@ def test_realtime_drop_unused_keeps_generated_phrases_readable(pipeline):
             return scores
 
     pipeline.model.scorer = PreferFirst()
-    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=8, realtime=True, realtime_every=2, realtime_fraction=0.2, drop_unused=True, agreement_top_k=0)
+    pipeline.config = PipelineConfig(
+        top_k=1, max_new_tokens=8, realtime=True, realtime_every=2, realtime_fraction=0.2, drop_unused=True,
+        agreement_top_k=0, no_repeat_ngram_size=0,
+    )
     result = pipeline("Which river flows through New York City?")
     first = pipeline.candidates(result.documents)[0].text
     assert result.text == first * 8
