@@ -376,8 +376,8 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 #: settings that change what is generated: a run resumes only under the same ones
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
-                       "readback", "edges", "ranking", "phrase_bias", "agreement_top_k", "verify_top_k", "no_repeat_ngram_size", "repetition_penalty",
-                       "rag_documents", "rag_document_tokens", "lookup_tokens")
+                       "readback", "edges", "ranking", "phrase_bias", "agreement_top_k", "verify_top_k",
+                       "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens")
 
 
 def check_resumable(config: EvalConfig) -> None:

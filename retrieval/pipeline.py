@@ -190,11 +190,11 @@ class PhrasePipeline:
         new, steps = [], []
         for row, prompt in enumerate(prompts):
             ids = model.tokenizer(prompt, return_tensors="pt").input_ids
-            budget = [budgets[row]] if budgets is not None else None
+            budget = budgets[row] if budgets is not None else None
             out = generate_verified(
                 model, ids, c.max_new_tokens, accept_top_k=c.verify_top_k, do_sample=c.do_sample, top_p=c.top_p,
                 temperature=c.temperature, logits_processor=processors, row=row if len(prompts) > 1 else None,
-                stopping_criteria=character_budget(model, ids.shape[1], budget[0] if budget else None),
+                stopping_criteria=character_budget(model, ids.shape[1], budget),
             )
             new.append(out.sequences[0, ids.shape[1] :].tolist())
             steps.append(out.steps)
