@@ -1,18 +1,26 @@
 """Phrase vocabularies that change at run time for Hugging Face causal LMs."""
 
+from .agreement import PhraseAgreement
 from .config import DynamicVocabConfig
 from .model import DynamicVocabLM
 from .phrase_encoder import PhraseEncoder
 from .phrase_table import Phrase, PhraseTable
+from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .scoring import DotProductScorer
 from .text import Segment
+from .verification import VerifiedOutput, generate_verified
 
 __all__ = [
     "DotProductScorer",
     "DynamicVocabConfig",
     "DynamicVocabLM",
     "Phrase",
+    "PhraseAgreement",
     "PhraseEncoder",
+    "PhraseNoRepeatNGram",
+    "PhraseRepetitionPenalty",
     "PhraseTable",
     "Segment",
+    "VerifiedOutput",
+    "generate_verified",
 ]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessor
 
+__all__ = ["PhraseAgreement"]
+
 
 class PhraseAgreement(LogitsProcessor):
     """Sets a phrase's score to ``-inf`` unless its first token is in the LM's top ``top_k`` tokens.

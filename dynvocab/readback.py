@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = ["WIDTHS_ATTRIBUTE", "PhysicalInputs", "expansion_lengths", "expansion_table", "physical_inputs"]
+
 #: the attribute of a KV cache that records how many slots each logical step took
 WIDTHS_ATTRIBUTE = "readback_widths"
 

@@ -18,6 +18,8 @@ from transformers import LogitsProcessor
 
 from .readback import expansion_table
 
+__all__ = ["PhraseNoRepeatNGram", "PhraseRepetitionPenalty"]
+
 
 class _PhraseAware(LogitsProcessor):
     """Shared state: the vocabulary size and every phrase's tokens (right-aligned, padded with -1)."""
