@@ -63,7 +63,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self.phrase_table = PhraseTable(tokenizer, self.vocab_size, config.max_phrase_tokens)
         self._row_masks: torch.Tensor | None = None
         self._encoded_version: int | None = None
-        self._expansion_key: tuple | None = None  # the phrase table the token read-back's lookup was built for
+        self._expansion_key: tuple | None = None  # the table version and device the read-back's lookup was built for
         self._expansion_cache: tuple[torch.Tensor, torch.Tensor] | None = None
         self._lm_takes_logits_to_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
 
@@ -351,7 +351,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     def _expansions(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The phrase table's tokens for the token read-back, rebuilt when the table changes."""
-        key = (tuple(self.phrase_table.token_ids), device)
+        key = (self.phrase_table.version, device)  # one integer per step, not the whole table
         if self._expansion_key != key:
             self._expansion_cache = expansion_table(self.phrase_table.token_ids or [(0,)], device)
             self._expansion_key = key

@@ -52,6 +52,7 @@ class PhraseTable:
         self._by_ids: dict[tuple[int, ...], int] = {}
         self.output_vectors: torch.Tensor | None = None
         self.input_vectors: dict[int, torch.Tensor] = {}
+        self.version = 0  # bumped whenever the phrases or their order change (derived lookups key on it)
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -129,6 +130,7 @@ class PhraseTable:
             self.phrases.append(phrase)
             self.token_ids.append(ids)
             new.append(len(self.phrases) - 1)
+        self.version += bool(new)
         return new
 
     def remove(self, items: Iterable[PhraseLike]) -> None:
@@ -141,6 +143,7 @@ class PhraseTable:
         """Keep only the phrases at these table indices, in this order, with their vectors."""
         self.phrases = [self.phrases[i] for i in indices]
         self.token_ids = [self.token_ids[i] for i in indices]
+        self.version += 1
         self._index = {p.text: i for i, p in enumerate(self.phrases)}
         self._by_ids = {ids: i for i, ids in enumerate(self.token_ids)}
         old_to_new = {old: new for new, old in enumerate(indices)}

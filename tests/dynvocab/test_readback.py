@@ -150,3 +150,14 @@ def test_inputs_embeds_are_refused_with_the_fix(model, tokenizer):
     embeds = model.get_input_embeddings()(tokenizer("Hello", return_tensors="pt").input_ids)
     with pytest.raises(ValueError, match="needs input_ids, not inputs_embeds"):
         model.generate(inputs_embeds=embeds, max_new_tokens=2)
+
+
+def test_readback_lookup_follows_table_changes(model, tokenizer):
+    """After phrases are removed and added again (ids move), each phrase is still read back as its own tokens."""
+    ids = _batch(tokenizer, PROMPTS[:1]).input_ids
+    model.generate(ids, max_new_tokens=4, do_sample=False)  # builds the lookup for the first order
+    model.remove_phrases([PHRASES[0]])
+    model.add_phrases([PHRASES[0]])
+    table, lengths = model._expansions(ids.device)
+    for row, token_ids in enumerate(model.phrase_table.token_ids):
+        assert table[row, table.shape[1] - lengths[row] :].tolist() == list(token_ids)
