@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import random
 
-from .assets import license_texts, wikipedia_leads
+from .assets import fanoutqa_dev, license_texts, wikipedia_leads
 
-__all__ = ["CORPORA", "WIKIPEDIA_HELD_OUT", "corpus_split", "split_documents"]
+__all__ = ["CORPORA", "WIKIPEDIA_HELD_OUT", "corpus_split", "fanoutqa_subquestions", "split_documents"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,3 +49,43 @@ def corpus_split(name: str) -> tuple[list[dict], list[dict]]:
         raise ValueError(f"corpus {name!r} is not embedded; choose from {sorted(CORPORA)}")
     documents, held_out = CORPORA[name]
     return split_documents(documents(), held_out)
+
+
+def fanoutqa_subquestions() -> list[dict]:
+    """FanOutQA dev (sub-)questions whose evidence page is one of the offline Wikipedia leads.
+
+    Returns 558 items over 312 pages, in the published order, each
+    ``{"id", "question", "answers", "title"}``: ``title`` is the evidence lead's title (its
+    document id) and ``answers`` the gold answer as strings (a list answer gives one
+    string per item; numbers as written by ``str``; a yes/no answer as "yes"/"no"; a
+    mapping as "key: value" strings).
+    """
+    titles = {document["title"] for document in wikipedia_leads()}
+    found: list[dict] = []
+
+    def walk(questions: list[dict]) -> None:
+        for question in questions:
+            evidence = question.get("evidence") or {}
+            if evidence.get("title") in titles:
+                found.append(
+                    {
+                        "id": question["id"],
+                        "question": question["question"],
+                        "answers": _answer_strings(question["answer"]),
+                        "title": evidence["title"],
+                    }
+                )
+            walk(question.get("decomposition") or [])
+
+    walk(fanoutqa_dev())
+    return found
+
+
+def _answer_strings(answer) -> list[str]:
+    if isinstance(answer, bool):
+        return ["yes" if answer else "no"]
+    if isinstance(answer, list):
+        return [text for item in answer for text in _answer_strings(item)]
+    if isinstance(answer, dict):
+        return [f"{key}: {value}" for key, value in answer.items()]
+    return [str(answer)]

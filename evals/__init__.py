@@ -1,4 +1,4 @@
-"""Evaluation metrics for dynamic-vocabulary generation: repetition, perplexity, MAUVE, latency, compression.
+"""Evaluation metrics for dynamic-vocabulary generation: repetition, perplexity, MAUVE, latency, compression, ranking.
 
 Each metric is a plain function over precomputed inputs with an optional step that
 computes them; none keeps a global model cache. MAUVE needs ``pip install dynvocab[evals]``.
@@ -16,6 +16,7 @@ from .mauve import (
     sentence_embedding_features,
 )
 from .perplexity import PerplexityResult, perplexity, perplexity_from_logprobs, token_logprobs
+from .ranking import hits_at_k, mrr_at_k, ndcg_at_k, ranking_metrics, recall_at_k
 from .repetition import RepetitionResult, diversity, ngram_counts, rep_n
 
 __all__ = [
@@ -31,11 +32,16 @@ __all__ = [
     "compression_from_segments",
     "diversity",
     "gpt2_large_features",
+    "hits_at_k",
     "mauve_score",
+    "mrr_at_k",
+    "ndcg_at_k",
     "minilm_features",
     "ngram_counts",
     "perplexity",
     "perplexity_from_logprobs",
+    "ranking_metrics",
+    "recall_at_k",
     "rep_n",
     "sentence_embedding_features",
     "summarize",

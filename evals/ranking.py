@@ -1,0 +1,77 @@
+"""Ranking metrics shared by every retriever: MRR@k, Recall@k, Hits@k, nDCG@k.
+
+Each takes ``rankings`` (one ranked list of document ids per query, best first) and
+``relevant`` (the set of relevant ids per query, or a single id) and returns the mean
+over queries as a fraction in [0, 1]. Relevance is binary, as in MS MARCO and BEIR's
+use of FanOutQA-style evidence pages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+__all__ = ["hits_at_k", "mrr_at_k", "ndcg_at_k", "ranking_metrics", "recall_at_k"]
+
+Relevant = Hashable | set | frozenset | list | tuple
+
+
+def mrr_at_k(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], k: int = 10) -> float:
+    """Mean over queries of 1/rank of the first relevant id within the top ``k`` (0 if none)."""
+    return _mean(
+        next((1.0 / rank for rank, doc in enumerate(ranking[:k], 1) if doc in gold), 0.0)
+        for ranking, gold in _pairs(rankings, relevant, k)
+    )
+
+
+def recall_at_k(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], k: int) -> float:
+    """Mean over queries of the share of relevant ids found in the top ``k``."""
+    return _mean(len(gold & set(ranking[:k])) / len(gold) for ranking, gold in _pairs(rankings, relevant, k))
+
+
+def hits_at_k(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], k: int) -> float:
+    """Mean over queries of 1 if any relevant id is in the top ``k``, else 0."""
+    return _mean(float(bool(gold & set(ranking[:k]))) for ranking, gold in _pairs(rankings, relevant, k))
+
+
+def ndcg_at_k(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], k: int = 10) -> float:
+    """Mean over queries of DCG@k / ideal DCG@k with binary gains and a log2(rank + 1) discount."""
+
+    def ndcg(ranking: Sequence[Hashable], gold: set) -> float:
+        dcg = sum(1.0 / math.log2(rank + 1) for rank, doc in enumerate(ranking[:k], 1) if doc in gold)
+        ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, min(k, len(gold)) + 1))
+        return dcg / ideal
+
+    return _mean(ndcg(ranking, gold) for ranking, gold in _pairs(rankings, relevant, k))
+
+
+def ranking_metrics(
+    rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], recall_ks: Sequence[int] = (5, 20, 100)
+) -> dict[str, float]:
+    """MRR@10, nDCG@10 and Recall@k for each k, as one flat dict (the report's row)."""
+    metrics = {"mrr@10": mrr_at_k(rankings, relevant, 10), "ndcg@10": ndcg_at_k(rankings, relevant, 10)}
+    metrics.update({f"recall@{k}": recall_at_k(rankings, relevant, k) for k in recall_ks})
+    return metrics
+
+
+def _pairs(rankings, relevant, k: int):
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k={k!r} must be a positive int, e.g. k=10")
+    if isinstance(rankings, str) or isinstance(relevant, str):
+        raise TypeError("rankings and relevant must be one entry per query (lists), not a string")
+    if len(rankings) != len(relevant):
+        raise ValueError(
+            f"got {len(rankings)} rankings but {len(relevant)} relevance entries; pass one of each per query"
+        )
+    if not rankings:
+        raise ValueError("no queries: pass at least one ranking")
+    for ranking, gold in zip(rankings, relevant):
+        gold = set(gold) if isinstance(gold, (set, frozenset, list, tuple)) else {gold}
+        if not gold:
+            raise ValueError("a query has no relevant id; drop it or give its relevant ids")
+        yield ranking, gold
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
