@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,9 @@ class PhraseTable:
         self.output_vectors: torch.Tensor | None = None
         self.input_vectors: dict[int, torch.Tensor] = {}
         self.version = 0  # bumped whenever the phrases or their order change (derived lookups key on it)
-        #: objects kept in step with the table (a shortlist head): told ``phrases_kept(indices)`` and ``vectors_forgotten()``
-        self.listeners: list = []
+        #: objects kept in step with the table (a shortlist scorer), held weakly: told ``phrases_kept(indices)``
+        #: and ``vectors_forgotten()``
+        self.listeners: weakref.WeakSet = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self.phrases)

@@ -40,7 +40,7 @@ class ShortlistScorer(nn.Module):
         self.config = config or (head.config if head is not None else ShortlistConfig())
         self.head = head
         self.exact = DotProductScorer()
-        table.listeners.append(self)
+        table.listeners.add(self)
 
     # the phrase table's listener interface
     def phrases_kept(self, indices) -> None:

@@ -26,3 +26,10 @@ def test_training_benchmark(tiny_lm_dir, capsys):
     results = load("benchmark_training").main(["--tiny", "--model", str(tiny_lm_dir), "--threads", "1"])
     assert results["plain_s"] > 0 and results["peak_gb"] > 0
     assert "negatives add" in capsys.readouterr().out
+
+
+def test_shortlist_benchmark(tiny_lm_dir, capsys):
+    results = load("benchmark_shortlist").main(["--tiny", "--model", str(tiny_lm_dir), "--checkpoint", "none", "--threads", "1"])
+    assert results["step_ratio"]["shortlist_3000"] > 0 and results["clusters_3000"] > 1
+    assert 0 <= results["agreement_3000"][4]["recall10"] <= 1
+    assert "per-step shortlist_3000" in capsys.readouterr().out
