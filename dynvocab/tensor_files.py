@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,14 @@ def _check_finite(name: str, tensors: dict[str, torch.Tensor], where: str) -> No
 
 def write_tensor_folder(
     directory: str | Path, kind: str, files: dict[str, dict[str, torch.Tensor]], metadata: dict[str, Any],
-    extra_files: dict[str, str] | None = None,
+    extra_files: dict[str, str] | None = None, write: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write ``files`` (file name -> tensors) and a manifest (``kind``, hashes, ``metadata``) into ``directory``.
 
     The folder is replaced atomically (``dynvocab.atomic``); a non-empty folder without a
-    manifest is refused rather than replaced. ``extra_files`` are text files (name -> content).
+    manifest is refused rather than replaced. ``extra_files`` are text files (name -> content);
+    ``write(staging)`` may add any other files (a Hugging Face ``save_pretrained``). Every file
+    written is hashed.
     """
     target = Path(directory)
     if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).exists():
@@ -55,13 +58,13 @@ def write_tensor_folder(
     for name, tensors in files.items():
         _check_finite(name, tensors, f"cannot save to {target}")
     with atomic_directory(target) as staging:
-        hashes = {}
         for name, tensors in files.items():
             save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, staging / name)
-            hashes[name] = sha256_of(staging / name)
         for name, content in (extra_files or {}).items():
             (staging / name).write_text(content, encoding="utf-8")
-            hashes[name] = sha256_of(staging / name)
+        if write is not None:
+            write(staging)
+        hashes = {p.relative_to(staging).as_posix(): sha256_of(p) for p in sorted(staging.rglob("*")) if p.is_file()}
         manifest = {"format": kind, "sha256": hashes, **metadata}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return target
@@ -86,7 +89,7 @@ def read_tensor_folder(directory: str | Path, kind: str) -> tuple[dict[str, Any]
             raise ValueError(f"{file} is missing; save the {kind} again")
         if sha256_of(file) != expected:
             raise ValueError(f"{file} is corrupted: its sha256 does not match {MANIFEST}; save the {kind} again")
-        if name.endswith(".safetensors"):
+        if name.endswith(".safetensors") and "/" not in name:
             tensors[name] = load_file(file)
             _check_finite(name, tensors[name], f"cannot load {file}")
     return manifest, tensors

@@ -10,7 +10,7 @@ per-query Python loop and gives identical results (it is the test oracle and the
 
 Scores come sparse, as the shortlist head gives them: each query's sorted candidate ids
 ``(B, C)`` and their scores ``(B, s, C)``; an id off a query's shortlist scores ``-inf``.
-For full-softmax scores pass ``ids = arange(V)`` for every query.
+For scores over every id (full softmax) pass ``ids=None`` and ``(B, s, V)`` scores.
 """
 
 from __future__ import annotations
@@ -81,20 +81,22 @@ class BeamResult:
     scores: torch.Tensor
 
 
-def _lookup(ids: torch.Tensor, scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def _lookup(ids: torch.Tensor | None, scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Scores ``(B, C)`` of sorted candidate ``ids`` ``(B, C)`` at ``tokens`` ``(B, K)``; ``-inf`` for ids off the list."""
+    if ids is None:
+        return scores.gather(1, tokens)
     where = torch.searchsorted(ids, tokens).clamp(max=ids.shape[1] - 1)
     found = ids.gather(1, where) == tokens
     return scores.gather(1, where).masked_fill(~found, float("-inf"))
 
 
 @torch.no_grad()
-def beam_search(trie: DocidTrie, ids: torch.Tensor, scores: torch.Tensor, beam_size: int = 10) -> BeamResult:
+def beam_search(trie: DocidTrie, ids: torch.Tensor | None, scores: torch.Tensor, beam_size: int = 10) -> BeamResult:
     """Trie-constrained beam search for ``B`` queries at once: sorted candidate ``ids`` ``(B, C)``, position
     scores ``(B, s, C)`` -> the ``beam_size`` best finished docids per query."""
     _check_inputs(ids, scores, beam_size)
     batch, positions, _ = scores.shape
-    device = ids.device
+    device = scores.device
     nodes = torch.full((batch, beam_size), -1, dtype=torch.long, device=device)
     nodes[:, 0] = 0
     totals = torch.full((batch, beam_size), float("-inf"), dtype=scores.dtype, device=device)
@@ -138,16 +140,18 @@ def _finished(trie: DocidTrie, nodes: torch.Tensor, totals: torch.Tensor, finish
     return BeamResult(docids, totals)
 
 
-def beam_search_reference(trie: DocidTrie, ids: torch.Tensor, scores: torch.Tensor, beam_size: int = 10) -> BeamResult:
+def beam_search_reference(trie: DocidTrie, ids: torch.Tensor | None, scores: torch.Tensor, beam_size: int = 10
+                          ) -> BeamResult:
     """The same search, one query and one beam at a time in Python (float32 sums as the batched one makes)."""
     _check_inputs(ids, scores, beam_size)
     offsets, tokens, children, leaves = (t.cpu().tolist() for t in (trie.offsets, trie.tokens, trie.children, trie.leaf_docid))
-    all_ids, all_scores = ids.cpu().numpy(), scores.cpu().numpy()
+    all_scores = scores.cpu().numpy()
     dtype = all_scores.dtype.type
-    docids = np.full((ids.shape[0], beam_size), -1, dtype=np.int64)
-    best = np.full((ids.shape[0], beam_size), -np.inf, dtype=all_scores.dtype)
-    for query in range(ids.shape[0]):
-        lookup = {int(i): position for position, i in enumerate(all_ids[query])}
+    docids = np.full((scores.shape[0], beam_size), -1, dtype=np.int64)
+    best = np.full((scores.shape[0], beam_size), -np.inf, dtype=all_scores.dtype)
+    for query in range(scores.shape[0]):
+        row = range(scores.shape[2]) if ids is None else ids[query].tolist()
+        lookup = {int(i): position for position, i in enumerate(row)}
         beams = [(dtype(0), 0, False)]  # (score, node, finished)
         for step in range(min(scores.shape[1], trie.max_length)):
             if all(done for _, _, done in beams):
@@ -192,10 +196,11 @@ def aggregate_documents(result: BeamResult, document_of_docid: torch.Tensor, how
     return torch.where(torch.isfinite(scores), documents.gather(1, order), -1), scores
 
 
-def _check_inputs(ids: torch.Tensor, scores: torch.Tensor, beam_size: int) -> None:
-    if not isinstance(ids, torch.Tensor) or not isinstance(scores, torch.Tensor):
-        raise TypeError("ids and scores must be torch tensors: (B, C) sorted candidate ids and (B, s, C) scores")
-    if ids.dim() != 2 or scores.dim() != 3 or scores.shape[0] != ids.shape[0] or scores.shape[2] != ids.shape[1]:
-        raise ValueError(f"ids {tuple(ids.shape)} and scores {tuple(scores.shape)} must be (B, C) and (B, s, C)")
+def _check_inputs(ids: torch.Tensor | None, scores: torch.Tensor, beam_size: int) -> None:
+    if not isinstance(scores, torch.Tensor) or not (ids is None or isinstance(ids, torch.Tensor)):
+        raise TypeError("ids and scores must be torch tensors: (B, C) sorted candidate ids (or None) and (B, s, C) scores")
+    if scores.dim() != 3 or (ids is not None and (ids.dim() != 2 or tuple(ids.shape) != (scores.shape[0], scores.shape[2]))):
+        shape = None if ids is None else tuple(ids.shape)
+        raise ValueError(f"ids {shape} and scores {tuple(scores.shape)} must be (B, C) and (B, s, C)")
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1; pass e.g. beam_size=10")

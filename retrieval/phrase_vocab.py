@@ -1,12 +1,13 @@
 """A phrase vocabulary for docids, in the spirit of TokenMonster, and BPE/Unigram baselines of the same size.
 
 Text is cut into pieces of one character class (a run of letters, a run of digits, or one
-other character), each carrying the whitespace before it. Candidates are runs of 1 to
-``max_pieces`` pieces seen at least ``min_count`` times (single pieces always), plus every
-character seen, so any text can be encoded. The vocabulary is then pruned in rounds: the
-docids are segmented into the fewest tokens (dynamic programming over piece boundaries, a
-piece outside the vocabulary spelt by characters), each candidate earns the characters it
-saves (``uses x (length - 1)``), and the lowest earners go until ``size`` are left.
+other character), each carrying the whitespace before it. Candidates respect those
+boundaries: every whole piece, runs of 2 to ``max_pieces`` pieces and substrings of a piece
+seen at least ``min_count`` times, plus every character seen, so any text can be encoded.
+The vocabulary is then pruned in rounds: the docids are segmented into the fewest tokens
+(dynamic programming over character positions), each candidate earns what it saves there
+(``uses x (tokens its text takes without it - 1)``: for a token the rest cannot spell, that is
+the characters it saves) and the lowest earners go until ``size`` are left.
 
 ``train_baseline`` trains the ``tokenizers`` library's BPE or Unigram on the same docids at the
 same size (Metaspace pre-tokenisation: their tokens never cross a word).
@@ -93,7 +94,7 @@ class PhraseVocabulary:
             raise ValueError(f"tokens must start with {SPECIAL_TOKENS} and hold each string once")
         self.tokens, self.config = list(tokens), config
         self.ids = {token: i for i, token in enumerate(self.tokens)}
-        self._longest = max((len(pieces(t)) for t in self.tokens[len(SPECIAL_TOKENS) :]), default=1)
+        self._longest = max((len(pieces(t)) for t in self.tokens[len(SPECIAL_TOKENS) :]), default=1)  # in pieces
 
     @property
     def vocab_size(self) -> int:
@@ -123,7 +124,7 @@ class PhraseVocabulary:
         while len(phrases) > target:
             vocab = cls(base + phrases, config)
             uses = vocab._uses(split, counts)
-            earn = {p: uses[p] * (len(p) - 1) for p in phrases}
+            earn = {p: uses[p] * (vocab._cost_without(p) - 1) if uses[p] else 0 for p in phrases}
             excess = len(phrases) - target
             drop = min(excess, max(1000, math.ceil(config.prune_fraction * excess)))
             dropped = set(sorted(phrases, key=lambda p: (earn[p], uses[p], p))[:drop])
@@ -139,25 +140,48 @@ class PhraseVocabulary:
                 uses[token] += counts[docid]
         return uses
 
+    def _cost_without(self, token: str) -> int:
+        """Tokens ``token``'s own text takes when ``token`` is not in the vocabulary (what keeping it saves, plus one)."""
+        number = self.ids.pop(token)
+        try:
+            return len(self._segment(pieces(token)))
+        finally:
+            self.ids[token] = number
+
     def _segment(self, parts: list[str]) -> list[str]:
-        """Fewest tokens over piece boundaries; a piece no token covers is spelt by characters (ties: longer first token)."""
-        n = len(parts)
+        """Fewest tokens: a token is a substring of one piece or a run of whole pieces; any character is a
+        token of its own. Dynamic programming over character positions; ties go to the longer first token."""
+        text = "".join(parts)
+        n = len(text)
+        piece_end, piece_start = [0] * n, {}
+        position = 0
+        for number, part in enumerate(parts):
+            piece_start[position] = number
+            piece_end[position : position + len(part)] = [position + len(part)] * len(part)
+            position += len(part)
+        ends = [0] * (n + 1)
+        offset = 0
+        for number, part in enumerate(parts):
+            offset += len(part)
+            ends[number] = offset
         cost = [0] * (n + 1)
-        choice: list[tuple[int, bool]] = [(0, False)] * (n + 1)
+        step = [0] * (n + 1)
         for start in range(n - 1, -1, -1):
-            spelt = len(parts[start]) + cost[start + 1]
-            cost[start], choice[start] = spelt, (start + 1, True)
-            text = ""
-            for end in range(start + 1, min(n, start + self._longest) + 1):
-                text += parts[end - 1]
-                if text in self.ids and 1 + cost[end] <= cost[start]:
-                    cost[start], choice[start] = 1 + cost[end], (end, False)
+            best, best_end = 1 + cost[start + 1], start + 1
+            first = piece_start.get(start)
+            if first is not None:  # runs of two or more whole pieces, longest first
+                for last in range(min(len(parts), first + self._longest) - 1, first, -1):
+                    end = ends[last]
+                    if 1 + cost[end] < best and text[start:end] in self.ids:
+                        best, best_end = 1 + cost[end], end
+            for end in range(piece_end[start], start + 1, -1):  # substrings of this piece, longest first
+                if 1 + cost[end] < best and text[start:end] in self.ids:
+                    best, best_end = 1 + cost[end], end
+            cost[start], step[start] = best, best_end
         out, start = [], 0
         while start < n:
-            end, by_characters = choice[start]
-            text = "".join(parts[start:end])
-            out.extend(text if by_characters else [text])
-            start = end
+            out.append(text[start : step[start]])
+            start = step[start]
         return out
 
     def encode(self, text: str) -> list[int]:
@@ -185,15 +209,23 @@ class PhraseVocabulary:
 
 
 def _candidates(split: dict[str, list[str]], counts: Counter, config: PhraseVocabConfig) -> list[str]:
-    """Runs of 1..max_pieces pieces (multi-piece runs seen ``min_count`` times), most frequent first."""
+    """Whole pieces (always), runs of 2..max_pieces pieces and substrings of pieces seen ``min_count`` times; most frequent first."""
     seen: Counter = Counter()
+    whole: set[str] = set()
     for docid, parts in split.items():
+        count = counts[docid]
+        whole.update(parts)
         for start in range(len(parts)):
-            text = ""
-            for end in range(start, min(len(parts), start + config.max_pieces)):
+            text = parts[start]
+            for end in range(start + 1, min(len(parts), start + config.max_pieces)):
                 text += parts[end]
-                seen[text] += counts[docid]
-    return [t for t, c in seen.most_common() if len(pieces(t)) == 1 or c >= config.min_count]
+                seen[text] += count
+        for part in parts:
+            for start in range(len(part)):
+                for end in range(start + 2, len(part) + (start > 0)):  # proper substrings; the whole piece is above
+                    seen[part[start:end]] += count
+    frequent = [t for t, c in seen.most_common() if c >= config.min_count]
+    return list(dict.fromkeys([*frequent, *sorted(whole)]))
 
 
 class HFDocidTokenizer:
