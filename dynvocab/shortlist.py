@@ -236,7 +236,7 @@ class ShortlistHead(nn.Module):
         repeated[:, 1:] = ids[:, 1:] == ids[:, :-1]
         ids = ids.masked_fill(repeated, self.vocab_size).sort(dim=-1).values
         width = max(int((ids < self.vocab_size).sum(dim=-1).max()), 1) if ids.numel() else 1
-        return ids[:, :width]
+        return ids[:, :width].contiguous()
 
     def score(self, queries: torch.Tensor, vectors: torch.Tensor, hidden: torch.Tensor | None = None
               ) -> tuple[torch.Tensor, torch.Tensor]:
