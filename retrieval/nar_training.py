@@ -32,7 +32,7 @@ from .nar_loss import IGNORE, NarLossWeights, nar_loss
 from .nar_model import NarRetriever
 from .phrase_vocab import DocidTokenizer
 
-__all__ = ["NarTrainConfig", "NarTrainer", "docid_targets", "fit_learned_head"]
+__all__ = ["NarTrainConfig", "NarTrainer", "docid_targets", "fit_learned_head", "trainable_encoder_parameters"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class NarTrainConfig(JsonConfig):
     learning_rate: float = field(default=1e-4, metadata={"help": "Peak AdamW learning rate of the encoder."})
     output_learning_rate: float = field(default=1e-3, metadata={"help": "Peak AdamW learning rate of the output layer."})
     warmup_steps: int = field(default=50, metadata={"help": "Linear warm-up steps."})
+    train_layers: int = field(default=-1, metadata={"help": "Top encoder layers trained (-1: all, 0: only the output layer)."})
     docid_weight: float = field(default=0.25, metadata={"help": "lambda2: weight of x0's docid-token loss l2."})
     normalisation_weight: float = field(default=1.0, metadata={"help": "lambda3: weight of the self-normalisation l3."})
     vocab_chunk: int = field(default=65536, metadata={"help": "Vocabulary rows per chunk of log-sum-exp."})
@@ -64,6 +65,8 @@ class NarTrainConfig(JsonConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"NarTrainConfig.{name}={value!r} must be an integer >= 1")
+        if not isinstance(self.train_layers, int) or self.train_layers < -1:
+            raise ValueError(f"NarTrainConfig.train_layers={self.train_layers!r} must be -1 (all), 0 or a layer count")
         if self.mixed_precision not in ("no", "bf16", "auto"):
             raise ValueError(f"NarTrainConfig.mixed_precision={self.mixed_precision!r}; choose 'no', 'bf16' or 'auto'")
         for name in ("learning_rate", "output_learning_rate"):
@@ -93,11 +96,11 @@ class NarTrainer:
             raise ValueError(f"got {len(queries)} queries and {targets.shape[0]} target rows; pass one row per query")
         self.config, self.queries, self.targets, self.end_id = config, list(queries), targets, end_id
         self.accelerator = Accelerator(mixed_precision=mixed_precision(config.mixed_precision), cpu=cpu_processes())
-        encoder_params = [p for n, p in model.named_parameters() if n != "output"]
-        optimizer = torch.optim.AdamW([
-            {"params": encoder_params, "lr": config.learning_rate},
-            {"params": [model.output], "lr": config.output_learning_rate},
-        ])
+        encoder_params = trainable_encoder_parameters(model.encoder, config.train_layers)
+        groups = [{"params": [model.output], "lr": config.output_learning_rate}]
+        if encoder_params:
+            groups.append({"params": encoder_params, "lr": config.learning_rate})
+        optimizer = torch.optim.AdamW(groups)
         self.scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.max_steps)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.weights = NarLossWeights(config.docid_weight, config.normalisation_weight)
@@ -196,6 +199,21 @@ class NarTrainer:
         torch.set_rng_state(files["rng.safetensors"]["torch"])
         self.step = manifest["step"]
         logger.info("resumed from %s at step %d", checkpoints[-1], self.step)
+
+
+def trainable_encoder_parameters(encoder: torch.nn.Module, layers: int) -> list[torch.nn.Parameter]:
+    """The parameters of the top ``layers`` blocks of ``encoder`` (-1: all of it); the rest is frozen."""
+    if layers == -1:
+        return [p for p in encoder.parameters() if p.requires_grad]
+    depth = encoder.config.num_hidden_layers
+    blocks = next((m for m in encoder.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == depth), None)
+    if blocks is None:
+        raise ValueError(f"cannot find the {depth} layers of {type(encoder).__name__}; use train_layers=-1")
+    encoder.requires_grad_(False)
+    chosen = [p for block in list(blocks)[depth - min(layers, depth) :] for p in block.parameters()]
+    for parameter in chosen:
+        parameter.requires_grad_(True)
+    return chosen
 
 
 def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict]:

@@ -46,6 +46,7 @@ def trainer(vocab, config, targets, output_dir, steps):
     torch.manual_seed(0)
     model = NarRetriever.from_encoder(config, vocab.tokens)
     train = NarTrainConfig(output_dir=str(output_dir), batch_size=4, max_steps=steps, save_every=2, warmup_steps=1, log_every=1,
+                           train_layers=1,
                            learning_rate=1e-3, output_learning_rate=1e-2)
     return NarTrainer(model, QUERIES, targets, vocab.end_id, train)
 
