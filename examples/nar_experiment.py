@@ -166,7 +166,9 @@ def timing(report: dict, model: NarRetriever, trie: DocidTrie, tests: dict, args
         extra = torch.randn(args.big_vocab - trained.shape[0], trained.shape[1], generator=torch.Generator().manual_seed(0))
         model.output.data = torch.cat([trained, extra * trained.std()])
         began = time.perf_counter()
-        big = ShortlistHead.from_vectors(model.output.detach(), ShortlistConfig(subset_size=256, probe=args.probe, seed=args.seed))
+        config = ShortlistConfig(num_clusters=1024, subset_size=256, probe=args.probe, kmeans_iterations=5,
+                                 max_points_per_centroid=32, seed=args.seed)
+        big = ShortlistHead.from_vectors(model.output.detach(), config)
         report["big_head"] = {"rows": args.big_vocab, "clusters": big.num_clusters, "fit_s": round(time.perf_counter() - began, 1),
                               "rows_are": "the trained rows plus random rows (same scale) up to the size"}
         for name, head in (("full", None), ("shortlist", big)):
