@@ -60,11 +60,6 @@ class ShortlistScorer(nn.Module):
     def _synced_head(self, vectors: torch.Tensor) -> ShortlistHead:
         if self.head is None:
             return self.fit(vectors)
-        if self.head.vocab_size > vectors.shape[0]:
-            raise ValueError(
-                f"the shortlist head indexes {self.head.vocab_size} phrases but the table has {vectors.shape[0]} "
-                "vectors: build the scorer on this model's table, ShortlistScorer(model.phrase_table, ...)"
-            )
         if self.head.vocab_size < vectors.shape[0]:
             self.head.add(vectors[self.head.vocab_size :])
         return self.head
@@ -72,8 +67,11 @@ class ShortlistScorer(nn.Module):
     def forward(
         self, hidden: torch.Tensor, phrase_vectors: torch.Tensor, phrase_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``(B, T, d)`` hidden states, ``(P, d)`` vectors, optional ``(B, P)`` bool mask -> ``(B, T, P)``."""
-        if phrase_vectors.shape[0] < self.config.exact_below:
+        """``(B, T, d)`` hidden states, ``(P, d)`` vectors, optional ``(B, P)`` bool mask -> ``(B, T, P)``.
+
+        Vectors that are not the table's (training passes each batch's own) are scored exactly.
+        """
+        if phrase_vectors.shape[0] < self.config.exact_below or phrase_vectors.shape[0] != len(self.table):
             return self.exact(hidden, phrase_vectors, phrase_mask)
         head = self._synced_head(phrase_vectors)
         batch, steps, dim = hidden.shape

@@ -76,7 +76,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--report-only", action="store_true", help="rewrite report.md from the output's results.json")
     args = parser.parse_args(argv)
+    if args.report_only:
+        report = json.loads((Path(args.output) / "results.json").read_text(encoding="utf-8"))
+        (Path(args.output) / "report.md").write_text(markdown(report), encoding="utf-8")
+        return report
     if args.tiny:
         args.steps, args.test_sentences, args.beam, args.big_vocab, args.latency_queries = 2, 16, 10, 20000, 4
         args.cluster_queries, args.clusters = 64, 16
@@ -193,6 +198,41 @@ def timing(report: dict, model: NarRetriever, trie: DocidTrie, tests: dict, args
 
 def _save(output: Path, report: dict) -> None:
     (output / "results.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (output / "report.md").write_text(markdown(report), encoding="utf-8")
+
+
+def markdown(report: dict) -> str:
+    """The report's tables from its results."""
+    lines = ["# NAR generative retrieval on the Wikipedia leads", "", f"Command: `{report['command']}`", "",
+             f"Versions: {report['versions']}. Training pairs: {report['train_pairs']}; test queries: {report['tests']}.", ""]
+    for test in report["tests"]:
+        lines += [f"## {test}", "", "| system | MRR@10 | R@5 | R@20 | R@100 | Hits@1 | Hits@10 | candidates |", "|---|---|---|---|---|---|---|---|"]
+        for system, rows in report["systems"].items():
+            r = rows.get(test)
+            if r:
+                lines.append(f"| {system} | {r['mrr@10']:.4f} | {r['recall@5']:.4f} | {r['recall@20']:.4f} | {r['recall@100']:.4f} | "
+                             f"{r['hits@1']:.4f} | {r['hits@10']:.4f} | {r.get('candidates', '')} |")
+        lines.append("")
+    vocabs = [k for k in report if k.startswith("vocab_")]
+    if vocabs:
+        lines += ["## Docid vocabularies (same size)", "", "| vocabulary | size | tokens per docid | longest | build s | train s |",
+                  "|---|---|---|---|---|---|"]
+        for key in vocabs:
+            v, kind = report[key], key.removeprefix("vocab_")
+            lines.append(f"| {kind} | {v['size']} | {v['mean_tokens_per_docid']} | {v['max_tokens']} | {v['build_s']} | "
+                         f"{report.get(f'train_{kind}_s', '')} |")
+        lines.append("")
+    if "latency" in report:
+        lines += ["## Latency per query (median; encode + head + trie beam search, beam 10)", "",
+                  "| setting | ms per query | encode ms | head + search ms | candidates |", "|---|---|---|---|---|"]
+        for key, r in report["latency"].items():
+            lines.append(f"| {key} | {r['ms']:.2f} | {r['encode_ms']:.2f} | {r['head_and_search_ms']:.2f} | {r['candidates']:.0f} |")
+        lines.append("")
+    if "big_head" in report:
+        lines += [f"Timing head: {report['big_head']}", ""]
+    if "beam_search" in report:
+        lines += [f"Beam search, batched against the per-query Python loop: {report['beam_search']}", ""]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
