@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_core import resident_gb, time_steps  # noqa: E402
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens per agreement text")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None, help="write the results JSON here")
+    parser.add_argument("--vectors-cache", default=None, help="safetensors file: phrase vectors saved by an earlier run "
+                        "are reused (the pool and checkpoint must be the same), else written after encoding")
     parser.add_argument("--tiny", action="store_true", help="small sizes for a smoke run")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -95,7 +98,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     before = resident_gb()
     start = time.perf_counter()
-    model.set_phrases(pool[: max(sizes)], mid_sentence_forms=False)
+    cache = Path(args.vectors_cache) if args.vectors_cache else None
+    if cache is not None and cache.exists():
+        model.phrase_table.add(pool[: max(sizes)])
+        model.restore_phrase_output_vectors(load_file(cache)["output"])
+    else:
+        model.set_phrases(pool[: max(sizes)], mid_sentence_forms=False)
+        if cache is not None:
+            save_file({"output": model.phrase_output_vectors().contiguous()}, cache)
     results["encode_s"] = time.perf_counter() - start
     results["table_rss_gb"] = resident_gb() - before
     prompt = tokenizer(leads[5000]["text"][:200], return_tensors="pt").input_ids[:, :32]
