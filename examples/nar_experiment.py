@@ -28,9 +28,9 @@ from dynvocab.shortlist import ShortlistConfig, ShortlistHead
 from evals.ranking import hits_at_k, ranking_metrics
 from retrieval.docid_trie import DocidTrie, beam_search, beam_search_reference
 from retrieval.nar_data import fanoutqa_queries, split_queries
-from retrieval.nar_model import NarRetriever
+from retrieval.nar_model import NarConfig, NarRetriever
 from retrieval.nar_pipeline import docid_tokenizer, rank_documents, train_retriever
-from retrieval.nar_training import NarTrainConfig, docid_targets, fit_learned_head
+from retrieval.nar_training import NarTrainConfig, cached_features, docid_targets, fit_learned_head
 
 
 def metrics(rankings: list[list[int]], gold: list[int]) -> dict[str, float]:
@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--train-layers", type=int, default=2, help="top MiniLM layers trained (-1: all)")
     parser.add_argument("--max-query-length", type=int, default=32)
+    parser.add_argument("--variant", default="projected", choices=["pixar", "projected"],
+                        help="pixar: [CLS] x0 and encoder positions, top --train-layers trained; projected: mean-pooled x0 "
+                             "of the frozen encoder, positions projected from it (features cached, so it trains on 2 cores)")
+    parser.add_argument("--output-learning-rate", type=float, default=1e-3)
     parser.add_argument("--test-sentences", type=int, default=1000)
     parser.add_argument("--beam", type=int, default=100)
     parser.add_argument("--clusters", type=int, default=256)
@@ -104,6 +108,16 @@ def main(argv: list[str] | None = None) -> dict:
               "settings": vars(args), "versions": {"torch": torch.__version__, "python": platform.python_version()},
               "train_pairs": len(split.train_queries), "tests": {k: len(v[0]) for k, v in tests.items()}, "systems": {}}
     document_of_docid = torch.arange(len(titles))
+    options = {"x0_pooling": "cls", "position_states": "encoder"}
+    features = None
+    if args.variant == "projected":
+        options = {"x0_pooling": "mean", "position_states": "projected"}
+        args.train_layers = 0
+        probe = NarRetriever.from_encoder(NarConfig(encoder=args.encoder, vocab_size=4, max_query_length=args.max_query_length,
+                                                    **options))
+        began = time.perf_counter()
+        features = cached_features(probe, split.train_queries)
+        report["features_s"] = round(time.perf_counter() - began, 1)
     shortlist = ShortlistConfig(num_clusters=args.clusters, subset_size=args.subset_size, probe=args.probe, seed=args.seed)
     models, tries = {}, {}
     for kind in args.kinds.split(","):
@@ -113,10 +127,11 @@ def main(argv: list[str] | None = None) -> dict:
         report[f"vocab_{kind}"] = {"size": tokenizer.vocab_size, "build_s": round(time.perf_counter() - began, 1),
                                    "mean_tokens_per_docid": round(sum(lengths) / len(lengths), 3), "max_tokens": max(lengths)}
         train = NarTrainConfig(output_dir=str(runs / kind), batch_size=args.batch_size, max_steps=args.steps,
-                               save_every=max(args.steps // 4, 1), seed=args.seed, train_layers=args.train_layers)
+                               save_every=max(args.steps // 4, 1), seed=args.seed, train_layers=args.train_layers,
+                               output_learning_rate=args.output_learning_rate)
         began = time.perf_counter()
         model = train_retriever(tokenizer, titles, split.train_queries, split.train_documents, train, args.encoder,
-                                max_query_length=args.max_query_length)
+                                max_query_length=args.max_query_length, features=features, **options)
         report[f"train_{kind}_s"] = round(time.perf_counter() - began, 1)
         models[kind], tries[kind] = model.eval(), DocidTrie.build(tokenizer.encode_batch(titles), tokenizer.end_id)
         heads = {"full": None}
@@ -125,7 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
             picked = random.Random(args.seed).sample(range(len(split.train_queries)), min(args.cluster_queries, len(split.train_queries)))
             targets, _ = docid_targets([titles[split.train_documents[i]] for i in picked], tokenizer, model.config.positions)
             heads["learned shortlist"] = fit_learned_head(model, [split.train_queries[i] for i in picked], targets,
-                                                          tokenizer.end_id, shortlist)
+                                                          tokenizer.end_id, shortlist,
+                                                          features=None if features is None else features[picked])
             report["learned_fit_s"] = round(time.perf_counter() - began, 1)
             heads["centroid shortlist"] = ShortlistHead.from_vectors(model.output.detach(), shortlist)
         for name, head in heads.items():

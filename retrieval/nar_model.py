@@ -43,10 +43,19 @@ class NarConfig(JsonConfig):
     vocab_size: int = field(default=16384, metadata={"help": "Docid vocabulary size |V| of the output layer."})
     positions: int = field(default=8, metadata={"help": "s: docid positions scored (docid tokens plus the end id)."})
     max_query_length: int = field(default=64, metadata={"help": "Query tokens kept."})
+    x0_pooling: str = field(default="cls", metadata={"help": "x0 is the [CLS] state ('cls') or the masked mean of the states ('mean')."})
+    position_states: str = field(
+        default="encoder",
+        metadata={"help": "Docid position t is scored from encoder state t+1 ('encoder', PIXAR's) or from x0 through a "
+                          "learned map of position t ('projected': a frozen encoder's features can then be cached)."},
+    )
 
     config_name: ClassVar[str] = "nar_config.json"
 
     def __post_init__(self) -> None:
+        if self.x0_pooling not in ("cls", "mean") or self.position_states not in ("encoder", "projected"):
+            raise ValueError(f"NarConfig x0_pooling={self.x0_pooling!r} and position_states={self.position_states!r}: "
+                             "choose 'cls' or 'mean', and 'encoder' or 'projected'")
         for name, low in (("vocab_size", 4), ("positions", 1), ("max_query_length", 2)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -73,6 +82,9 @@ class NarRetriever(nn.Module):
         if tuple(weight.shape) != (config.vocab_size, hidden):
             raise ValueError(f"output layer {tuple(weight.shape)} must be (vocab_size, hidden) = ({config.vocab_size}, {hidden})")
         self.output = nn.Parameter(weight.float().contiguous())
+        if config.position_states == "projected":  # position t: x0 @ maps[t] + shifts[t], maps start as the identity
+            self.position_maps = nn.Parameter(torch.eye(hidden).repeat(config.positions, 1, 1))
+            self.position_shifts = nn.Parameter(torch.zeros(config.positions, hidden))
 
     @classmethod
     def from_encoder(cls, config: NarConfig, token_texts: Sequence[str] | None = None) -> "NarRetriever":
@@ -87,14 +99,21 @@ class NarRetriever(nn.Module):
         return model
 
     @torch.no_grad()
-    def init_output_from_texts(self, token_texts: Sequence[str]) -> None:
-        """Output row ``i`` := mean input embedding of ``token_texts[i]``'s word pieces (rows of empty texts stay random)."""
+    def init_output_from_texts(self, token_texts: Sequence[str], batch_size: int = 256) -> None:
+        """Output row ``i`` starts from ``token_texts[i]`` (rows of empty texts stay random): the mean input embedding
+        of its word pieces under ``x0_pooling="cls"``, its pooled encoding (the space ``x0`` lives in) under ``"mean"``."""
         if len(token_texts) != self.config.vocab_size:
             raise ValueError(f"token_texts has {len(token_texts)} entries for a vocabulary of {self.config.vocab_size}; "
                              "pass one text per docid id")
+        rows = [i for i, text in enumerate(token_texts) if text.strip()]
+        if self.config.x0_pooling == "mean":
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start : start + batch_size]
+                self.output[chunk] = self.pooled([token_texts[i] for i in chunk])
+            return
         table = self.encoder.get_input_embeddings().weight
-        pieces = self.tokenizer(list(token_texts), add_special_tokens=False)["input_ids"]
-        for row, ids in enumerate(pieces):
+        pieces = self.tokenizer([token_texts[i] for i in rows], add_special_tokens=False)["input_ids"]
+        for row, ids in zip(rows, pieces):
             if ids:
                 self.output[row] = table[ids].mean(0)
 
@@ -117,7 +136,23 @@ class NarRetriever(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder inputs ``(B, L)`` -> ``x0`` ``(B, d)`` and position states ``(B, s, d)``."""
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **inputs).last_hidden_state
-        return hidden[:, 0], hidden[:, 1 : self.config.positions + 1]
+        if self.config.x0_pooling == "cls":
+            x0 = hidden[:, 0]
+        else:
+            mask = attention_mask[..., None].to(hidden.dtype)
+            x0 = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        if self.config.position_states == "encoder":
+            return x0, hidden[:, 1 : self.config.positions + 1]
+        return x0, self.project(x0)
+
+    def project(self, x0: torch.Tensor) -> torch.Tensor:
+        """``(B, d)`` -> ``(B, s, d)`` position states of ``position_states="projected"``."""
+        return torch.einsum("bd,sde->bse", x0, self.position_maps.to(x0.dtype)) + self.position_shifts.to(x0.dtype)
+
+    @torch.no_grad()
+    def pooled(self, texts: Sequence[str]) -> torch.Tensor:
+        """``x0`` of ``texts`` ``(n, d)`` (one forward pass, no gradient)."""
+        return self(**self.tokenize(list(texts)))[0].float()
 
     # ------------------------------------------------------------------ search
     @torch.no_grad()
@@ -145,8 +180,8 @@ class NarRetriever(nn.Module):
             self.encoder.save_pretrained(staging / ENCODER_DIR)
             self.tokenizer.save_pretrained(staging / ENCODER_DIR)
 
-        return write_tensor_folder(directory, FORMAT, {OUTPUT_FILE: {"output": self.output}},
-                                   {"config": self.config.to_dict()}, write=write_encoder)
+        head = {name: p for name, p in self.named_parameters() if not name.startswith("encoder.")}
+        return write_tensor_folder(directory, FORMAT, {OUTPUT_FILE: head}, {"config": self.config.to_dict()}, write=write_encoder)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path) -> "NarRetriever":
@@ -155,7 +190,11 @@ class NarRetriever(nn.Module):
         config = NarConfig.from_dict(manifest["config"])
         folder = Path(directory) / ENCODER_DIR
         encoder = AutoModel.from_pretrained(folder)
-        return cls(encoder, AutoTokenizer.from_pretrained(folder), config, files[OUTPUT_FILE]["output"])
+        head = files[OUTPUT_FILE]
+        model = cls(encoder, AutoTokenizer.from_pretrained(folder), config, head.pop("output"))
+        for name, value in head.items():
+            getattr(model, name).data.copy_(value)
+        return model
 
 
 

@@ -47,9 +47,11 @@ def token_texts(tokenizer: DocidTokenizer) -> list[str]:
 
 
 def train_retriever(tokenizer: DocidTokenizer, docids: Sequence[str], queries: Sequence[str], documents: Sequence[int],
-                    train: NarTrainConfig, encoder: str = "minilm", resume: bool = False, max_query_length: int = 64
+                    train: NarTrainConfig, encoder: str = "minilm", resume: bool = False, max_query_length: int = 64,
+                    x0_pooling: str = "cls", position_states: str = "encoder", features: torch.Tensor | None = None
                     ) -> NarRetriever:
-    """Train a NAR retriever on ``queries[i] -> docids[documents[i]]``; a finished run in ``train.output_dir`` is loaded."""
+    """Train a NAR retriever on ``queries[i] -> docids[documents[i]]``; a finished run in ``train.output_dir`` is loaded.
+    ``features``: cached ``x0`` of the queries (frozen encoder, projected positions)."""
     final = Path(train.output_dir) / "final"
     if (final / "manifest.json").exists() and not resume:
         logger.info("loading the trained retriever from %s", final)
@@ -58,11 +60,12 @@ def train_retriever(tokenizer: DocidTokenizer, docids: Sequence[str], queries: S
     positions = max(lengths) + 1
     if positions > MAX_POSITIONS:
         raise ValueError(f"the longest docid takes {max(lengths)} ids, more than {MAX_POSITIONS - 1}; raise the vocabulary size")
-    config = NarConfig(encoder=encoder, vocab_size=tokenizer.vocab_size, positions=positions, max_query_length=max_query_length)
+    config = NarConfig(encoder=encoder, vocab_size=tokenizer.vocab_size, positions=positions, max_query_length=max_query_length,
+                       x0_pooling=x0_pooling, position_states=position_states)
     targets, _ = docid_targets([docids[d] for d in documents], tokenizer, positions)
     model = NarRetriever.from_encoder(config, token_texts(tokenizer))
     resume = resume or any(Path(train.output_dir).glob("checkpoint-*"))
-    NarTrainer(model, queries, targets, tokenizer.end_id, train).train(resume=resume)
+    NarTrainer(model, queries, targets, tokenizer.end_id, train, features).train(resume=resume)
     return model
 
 

@@ -32,7 +32,7 @@ from .nar_loss import IGNORE, NarLossWeights, nar_loss
 from .nar_model import NarRetriever
 from .phrase_vocab import DocidTokenizer
 
-__all__ = ["NarTrainConfig", "NarTrainer", "docid_targets", "fit_learned_head", "trainable_encoder_parameters"]
+__all__ = ["NarTrainConfig", "NarTrainer", "cached_features", "docid_targets", "fit_learned_head", "trainable_encoder_parameters"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +91,22 @@ class NarTrainer:
     """Trains ``model`` on ``queries[i] -> targets[i]`` (rows of ``docid_targets``)."""
 
     def __init__(self, model: NarRetriever, queries: Sequence[str], targets: torch.Tensor, end_id: int,
-                 config: NarTrainConfig) -> None:
+                 config: NarTrainConfig, features: torch.Tensor | None = None) -> None:
         if len(queries) != targets.shape[0] or not len(queries):
             raise ValueError(f"got {len(queries)} queries and {targets.shape[0]} target rows; pass one row per query")
         self.config, self.queries, self.targets, self.end_id = config, list(queries), targets, end_id
         self.accelerator = Accelerator(mixed_precision=mixed_precision(config.mixed_precision), cpu=cpu_processes())
+        #: a frozen encoder under projected positions: x0 of every query is computed once (or passed in) and cached
+        self.cached = config.train_layers == 0 and model.config.position_states == "projected"
+        if self.cached and self.accelerator.num_processes > 1:
+            raise ValueError("train_layers=0 with projected positions caches features on one process; run it without "
+                             "accelerate launch, or train encoder layers")
+        if features is not None and (not self.cached or features.shape[0] != len(self.queries)):
+            raise ValueError("features are taken only with train_layers=0 and position_states='projected', one row per query")
+        self.features = features
         encoder_params = trainable_encoder_parameters(model.encoder, config.train_layers)
-        groups = [{"params": [model.output], "lr": config.output_learning_rate}]
+        head = [p for name, p in model.named_parameters() if not name.startswith("encoder.")]
+        groups = [{"params": head, "lr": config.output_learning_rate}]
         if encoder_params:
             groups.append({"params": encoder_params, "lr": config.learning_rate})
         optimizer = torch.optim.AdamW(groups)
@@ -132,13 +141,18 @@ class NarTrainer:
         bar = tqdm(total=config.max_steps, initial=self.step, desc="nar-train", disable=not accelerator.is_local_main_process)
         log = open(self.output_dir / "log.jsonl", "a", encoding="utf-8") if accelerator.is_main_process else None
         model = accelerator.unwrap_model(self.model)
+        if self.cached and self.features is None:
+            self.features = cached_features(model, self.queries)
         started, last = time.perf_counter(), {}
         self.model.train()
         while self.step < config.max_steps:
             rows = self.batch_rows(self.step)
-            inputs = model.tokenize([self.queries[i] for i in rows])
             with accelerator.autocast():
-                x0, positions = self.model(**inputs)
+                if self.cached:
+                    x0 = self.features[rows].to(accelerator.device)
+                    positions = model.project(x0)
+                else:
+                    x0, positions = self.model(**model.tokenize([self.queries[i] for i in rows]))
                 terms = nar_loss(x0.float(), positions.float(), model.output, self.targets[rows].to(x0.device),
                                  self.end_id, self.weights, config.vocab_chunk)
             accelerator.backward(terms["loss"])
@@ -171,7 +185,7 @@ class NarTrainer:
         model = self.accelerator.unwrap_model(self.model)
         optimizer_tensors, optimizer_meta = _flatten_optimizer(self.optimizer.state_dict())
         files = {
-            "model.safetensors": {"output": model.output, **model.encoder.state_dict()},
+            "model.safetensors": dict(model.named_parameters()),
             "optimizer.safetensors": optimizer_tensors,
             "rng.safetensors": {"torch": torch.get_rng_state()},
         }
@@ -191,14 +205,25 @@ class NarTrainer:
             raise ValueError(f"{checkpoints[-1]} was written by {manifest['num_processes']} process(es), this run has "
                              f"{self.accelerator.num_processes}; resume with the same number")
         model = self.accelerator.unwrap_model(self.model)
-        state = files["model.safetensors"]
-        model.output.data.copy_(state.pop("output"))
-        model.encoder.load_state_dict(state)
+        parameters = dict(model.named_parameters())
+        for name, value in files["model.safetensors"].items():
+            parameters[name].data.copy_(value)
         self.optimizer.load_state_dict(_unflatten_optimizer(files["optimizer.safetensors"], manifest["optimizer"]))
         self.scheduler.load_state_dict(manifest["scheduler"] | {"lr_lambdas": [None] * len(self.optimizer.param_groups)})
         torch.set_rng_state(files["rng.safetensors"]["torch"])
         self.step = manifest["step"]
         logger.info("resumed from %s at step %d", checkpoints[-1], self.step)
+
+
+@torch.no_grad()
+def cached_features(model: NarRetriever, queries: Sequence[str], batch_size: int = 128) -> torch.Tensor:
+    """``x0`` ``(N, d)`` of every query under the (frozen) encoder, in eval mode."""
+    was_training = model.training
+    model.eval()
+    features = torch.cat([model.pooled(queries[i : i + batch_size])
+                          for i in tqdm(range(0, len(queries), batch_size), desc="query features")])
+    model.train(was_training)
+    return features
 
 
 def trainable_encoder_parameters(encoder: torch.nn.Module, layers: int) -> list[torch.nn.Parameter]:
@@ -237,11 +262,12 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
 
 @torch.no_grad()
 def fit_learned_head(model: NarRetriever, queries: Sequence[str], targets: torch.Tensor, end_id: int,
-                     config: ShortlistConfig, steps: int = 300, batch_size: int = 64) -> ShortlistHead:
-    """PIXAR's second stage: ``x0`` of the training queries, their docid tokens as targets, the output layer as vocabulary."""
+                     config: ShortlistConfig, steps: int = 300, batch_size: int = 64, features: torch.Tensor | None = None
+                     ) -> ShortlistHead:
+    """PIXAR's second stage: ``x0`` of the training queries (``features`` if already computed), their docid tokens as
+    targets, the output layer as vocabulary."""
     model.eval()
-    x0 = torch.cat([model(**model.tokenize(list(queries[i : i + 128])))[0].float()
-                    for i in tqdm(range(0, len(queries), 128), desc="x0 of training queries")])
+    x0 = cached_features(model, queries) if features is None else features
     docid_tokens = targets.masked_fill((targets == end_id) | (targets == IGNORE), -1)
     with torch.enable_grad():
         return ShortlistHead.learned(x0, docid_tokens, model.output.detach(), config, steps=steps, batch_size=batch_size)

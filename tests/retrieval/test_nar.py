@@ -34,10 +34,11 @@ def test_the_loss_matches_full_softmax_by_hand():
     assert torch.allclose(terms["loss"], l1 + 0.25 * l2 + l3, atol=1e-5)
 
 
-@pytest.fixture
-def setup(tiny_encoder_dir):
+@pytest.fixture(params=["pixar", "projected"])
+def setup(tiny_encoder_dir, request):
     vocab = PhraseVocabulary.train(TITLES, PhraseVocabConfig(size=40, min_count=2), show_progress_bar=False)
-    config = NarConfig(encoder=str(tiny_encoder_dir), vocab_size=vocab.vocab_size, positions=6)
+    options = {"x0_pooling": "mean", "position_states": "projected"} if request.param == "projected" else {}
+    config = NarConfig(encoder=str(tiny_encoder_dir), vocab_size=vocab.vocab_size, positions=6, **options)
     targets, encoded = docid_targets([TITLES[d] for d in DOCS], vocab, config.positions)
     return vocab, config, targets
 
@@ -46,7 +47,7 @@ def trainer(vocab, config, targets, output_dir, steps):
     torch.manual_seed(0)
     model = NarRetriever.from_encoder(config, vocab.tokens)
     train = NarTrainConfig(output_dir=str(output_dir), batch_size=4, max_steps=steps, save_every=2, warmup_steps=1, log_every=1,
-                           train_layers=1,
+                           train_layers=0 if config.position_states == "projected" else 1,
                            learning_rate=1e-3, output_learning_rate=1e-2)
     return NarTrainer(model, QUERIES, targets, vocab.end_id, train)
 
@@ -73,6 +74,8 @@ def test_save_and_load_round_trip(setup, tmp_path):
     model.save_pretrained(tmp_path / "nar")
     again = NarRetriever.from_pretrained(tmp_path / "nar")
     assert torch.equal(again.output, model.output) and again.config == model.config
+    for (name, a), b in zip(model.named_parameters(), again.parameters()):
+        assert torch.equal(a, b), name
     for a, b in zip(model.encoder.state_dict().values(), again.encoder.state_dict().values()):
         assert torch.equal(a, b)
 
