@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
                              "of the frozen encoder, positions projected from it (features cached, so it trains on 2 cores)")
     parser.add_argument("--output-learning-rate", type=float, default=1e-3)
     parser.add_argument("--test-sentences", type=int, default=1000)
+    parser.add_argument("--train-queries", type=int, default=0, help="train on a seeded sample of this many pairs (0: all)")
     parser.add_argument("--beam", type=int, default=100)
     parser.add_argument("--clusters", type=int, default=256)
     parser.add_argument("--subset-size", type=int, default=64)
@@ -96,7 +97,11 @@ def main(argv: list[str] | None = None) -> dict:
     titles = [d["title"] for d in leads]
     split = split_queries(leads, seed=args.seed)
     if args.tiny:
-        split.train_queries, split.train_documents = split.train_queries[:64], split.train_documents[:64]
+        args.train_queries = 64
+    if args.train_queries:
+        kept = sorted(random.Random(args.seed).sample(range(len(split.train_queries)), min(args.train_queries, len(split.train_queries))))
+        split.train_queries = [split.train_queries[i] for i in kept]
+        split.train_documents = [split.train_documents[i] for i in kept]
     sample = random.Random(args.seed).sample(range(len(split.test_queries)), min(args.test_sentences, len(split.test_queries)))
     tests = {
         "held-out sentences": ([split.test_queries[i] for i in sample], [split.test_documents[i] for i in sample]),
