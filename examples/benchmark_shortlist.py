@@ -140,7 +140,26 @@ def main(argv: list[str] | None = None) -> dict:
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        Path(args.output).with_suffix(".md").write_text(markdown(results), encoding="utf-8")
     return results
+
+
+def markdown(results: dict) -> str:
+    """The benchmark's tables from its results."""
+    sizes = sorted(int(k.removeprefix("fit_s_")) for k in results if k.startswith("fit_s_"))
+    lines = ["# Shortlist head in DynamicVocabLM (SmolLM2-135M)", "", f"Settings: `{json.dumps(results['settings'])}`", "",
+             "| per decoding step | ms | ratio to |P| = 0 |", "|---|---|---|"]
+    for name, ms in results["step_ms"].items():
+        lines.append(f"| {name} | {ms:.1f} | {results['step_ratio'][name]:.3f} |")
+    for size in sizes:
+        lines += ["", f"## |P| = {size}: fit {results[f'fit_s_{size}']:.0f} s, {results[f'clusters_{size}']} clusters, "
+                      f"head tensors {results[f'head_mb_{size}']:.0f} MB", "",
+                  "| probe k | argmax agreement | recall@10 | candidates per position | positions |", "|---|---|---|---|---|"]
+        for k, row in results[f"agreement_{size}"].items():
+            lines.append(f"| {k} | {row['agree']:.4f} | {row['recall10']:.4f} | {row['candidates']:.0f} | {row['positions']} |")
+    lines += ["", f"Extra resident memory of the {max(sizes)}-phrase bf16 table: {results['table_rss_gb']:.2f} GB "
+                  f"(encoding took {results['encode_s']:.0f} s)."]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
