@@ -106,6 +106,8 @@ class ShortlistHead(nn.Module):
         self.register_buffer("centroids", centroids.float().contiguous())
         self.register_buffer("subsets", subsets.long().contiguous())
         self.register_buffer("thresholds", thresholds.float().contiguous())
+        #: ids on every query's shortlist (a docid's end id, which no cluster may hold)
+        self.register_buffer("always", torch.empty(0, dtype=torch.long), persistent=False)
         self.vocab_size = int(vocab_size)
         self.config = config
 
@@ -212,6 +214,7 @@ class ShortlistHead(nn.Module):
             raise ValueError(f"indices must lie in [0, {self.vocab_size}); got {int(index.min())}..{int(index.max())}")
         remap = torch.full((self.vocab_size + 1,), index.numel(), dtype=torch.long, device=index.device)
         remap[index] = torch.arange(index.numel(), device=index.device)
+        self.always = remap[self.always][remap[self.always] < index.numel()]
         self._regroup(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long), index.numel(), remap)
 
     def _regroup(self, groups: torch.Tensor, items: torch.Tensor, vocab_size: int, remap: torch.Tensor | None = None) -> None:
@@ -231,7 +234,8 @@ class ShortlistHead(nn.Module):
         sorted, each id once; ``vocab_size`` pads the rows to the widest union."""
         probe = min(self.config.probe, self.num_clusters)
         nearest = (queries.float() @ self.centroids.T).topk(probe, dim=-1).indices  # (N, k)
-        ids = self.subsets[nearest].flatten(1).sort(dim=-1).values  # (N, k * S)
+        ids = self.subsets[nearest].flatten(1)  # (N, k * S)
+        ids = torch.cat([ids, self.always.to(ids.device).expand(ids.shape[0], -1)], dim=1).sort(dim=-1).values
         repeated = torch.zeros_like(ids, dtype=torch.bool)
         repeated[:, 1:] = ids[:, 1:] == ids[:, :-1]
         ids = ids.masked_fill(repeated, self.vocab_size).sort(dim=-1).values

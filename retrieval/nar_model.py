@@ -167,6 +167,7 @@ class NarRetriever(nn.Module):
             result = beam_search(trie, None, positions @ weight.T, beam_size)
             candidates = float(weight.shape[0])
         else:
+            head.always = torch.tensor([trie.end_id], device=x0.device)  # every docid ends with it
             ids, scores = head.score(x0, weight, positions)
             result = beam_search(trie, ids, scores, beam_size)
             candidates = float((ids < head.vocab_size).sum(-1).float().mean())

@@ -141,3 +141,12 @@ def test_save_and_load_round_trip_and_a_corrupted_file_is_named(tmp_path):
     weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(ValueError, match="shortlist.safetensors is corrupted"):
         ShortlistHead.load(tmp_path / "head")
+
+
+def test_always_ids_join_every_shortlist():
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=12, probe=1, subset_size=2))
+    head.always = torch.tensor([5, 200])
+    ids = head.candidates(torch.randn(6, 16))
+    assert all({5, 200} <= set(row.tolist()) for row in ids)
+    assert all(len(set(r.tolist()) - {head.vocab_size}) == int((r < head.vocab_size).sum()) for r in ids)
