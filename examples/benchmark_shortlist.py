@@ -148,7 +148,7 @@ def markdown(results: dict) -> str:
     """The benchmark's tables from its results."""
     sizes = sorted(int(k.removeprefix("fit_s_")) for k in results if k.startswith("fit_s_"))
     lines = ["# Shortlist head in DynamicVocabLM (SmolLM2-135M)", "", f"Settings: `{json.dumps(results['settings'])}`", "",
-             "| per decoding step | ms | ratio to |P| = 0 |", "|---|---|---|"]
+             "| per decoding step | ms | ratio to no phrases |", "|---|---|---|"]
     for name, ms in results["step_ms"].items():
         lines.append(f"| {name} | {ms:.1f} | {results['step_ratio'][name]:.3f} |")
     for size in sizes:
