@@ -92,8 +92,12 @@ def _lookup(ids: torch.Tensor | None, scores: torch.Tensor, tokens: torch.Tensor
 
 @torch.no_grad()
 def beam_search(trie: DocidTrie, ids: torch.Tensor | None, scores: torch.Tensor, beam_size: int = 10) -> BeamResult:
-    """Trie-constrained beam search for ``B`` queries at once: sorted candidate ``ids`` ``(B, C)``, position
-    scores ``(B, s, C)`` -> the ``beam_size`` best finished docids per query."""
+    """Trie-constrained beam search for ``B`` queries at once: sorted candidate ``ids`` ``(B, C)`` (None: every id),
+    position scores ``(B, s, C)`` -> the ``beam_size`` best finished docids per query.
+
+    Each step lays every live beam's continuations out flat (no padding to the widest node), drops those off the
+    query's shortlist, and keeps each query's best ``beam_size`` with three stable sorts (ties: beam, then edge order).
+    """
     _check_inputs(ids, scores, beam_size)
     batch, positions, _ = scores.shape
     device = scores.device
@@ -102,33 +106,45 @@ def beam_search(trie: DocidTrie, ids: torch.Tensor | None, scores: torch.Tensor,
     totals = torch.full((batch, beam_size), float("-inf"), dtype=scores.dtype, device=device)
     totals[:, 0] = 0
     finished = torch.zeros_like(nodes, dtype=torch.bool)
+    keys = None if ids is None else (ids + torch.arange(batch, device=device)[:, None] * (int(ids.max()) + 1)).flatten()
     for step in range(min(positions, trie.max_length)):
         if bool(finished[nodes >= 0].all()):
             break
         live = (nodes >= 0) & ~finished
-        start = trie.offsets[nodes.clamp(min=0)]
-        degree = torch.where(live, trie.offsets[nodes.clamp(min=0) + 1] - start, 0)
-        width = max(int(degree.max()), 1)
-        edge = start[..., None] + torch.arange(width, device=device)  # (B, W, F)
-        has_edge = torch.arange(width, device=device) < degree[..., None]
-        edge = edge.masked_fill(~has_edge, 0)
-        token = trie.tokens[edge].masked_fill(~has_edge, 0)
-        step_scores = _lookup(ids, scores[:, step], token.flatten(1)).view_as(token)
-        extended = (totals[..., None] + step_scores).masked_fill(~has_edge, float("-inf"))
-        stay = totals.masked_fill(~finished, float("-inf"))[..., None]  # a finished beam competes as it is
-        candidates = torch.cat([stay, extended], dim=-1).flatten(1)  # (B, W * (1 + F)), in (beam, edge) order
-        next_nodes = torch.cat([nodes[..., None], trie.children[edge].masked_fill(~has_edge, -1)], -1).flatten(1)
-        order = candidates.sort(dim=-1, descending=True, stable=True).indices[:, :beam_size]
-        totals = candidates.gather(1, order)
-        keep = torch.isfinite(totals)
-        nodes = next_nodes.gather(1, order).masked_fill(~keep, -1)
+        start = trie.offsets[nodes.clamp(min=0)].flatten()
+        degree = torch.where(live, trie.offsets[nodes.clamp(min=0) + 1] - trie.offsets[nodes.clamp(min=0)], 0).flatten()
+        beam = torch.repeat_interleave(torch.arange(batch * beam_size, device=device), degree)  # (E,) flat beam of each edge
+        within = torch.arange(beam.numel(), device=device) - (torch.cumsum(degree, 0) - degree)[beam]
+        edge = start[beam] + within
+        query = beam // beam_size
+        token = trie.tokens[edge]
+        if ids is None:
+            step_scores = scores[query, step, token]
+        else:
+            where = torch.searchsorted(keys, query * (int(ids.max()) + 1) + token).clamp(max=keys.numel() - 1)
+            found = keys[where] == query * (int(ids.max()) + 1) + token
+            step_scores = scores[:, step].flatten()[where].masked_fill(~found, float("-inf"))
+        stay = finished.flatten().nonzero().flatten()  # a finished beam competes as it is, before its (no) edges
+        cand_beam = torch.cat([stay, beam])
+        cand_total = torch.cat([totals.flatten()[stay], totals.flatten()[beam] + step_scores])
+        cand_node = torch.cat([nodes.flatten()[stay], trie.children[edge]])
+        cand_order = torch.cat([torch.zeros_like(stay), within + 1])
+        keep = torch.isfinite(cand_total)
+        cand_beam, cand_total, cand_node, cand_order = cand_beam[keep], cand_total[keep], cand_node[keep], cand_order[keep]
+        width = int(cand_order.max()) + 1 if cand_order.numel() else 1
+        order = torch.argsort(cand_beam * width + cand_order, stable=True)
+        order = order[torch.argsort(cand_total[order], descending=True, stable=True)]
+        cand_query = cand_beam[order] // beam_size
+        order = order[torch.argsort(cand_query, stable=True)]
+        cand_query = cand_beam[order] // beam_size
+        first = torch.searchsorted(cand_query, torch.arange(batch, device=device))
+        rank = torch.arange(order.numel(), device=device) - first[cand_query]
+        chosen = rank < beam_size
+        nodes = torch.full_like(nodes, -1)
+        totals = torch.full_like(totals, float("-inf"))
+        nodes[cand_query[chosen], rank[chosen]] = cand_node[order][chosen]
+        totals[cand_query[chosen], rank[chosen]] = cand_total[order][chosen]
         finished = (nodes >= 0) & (trie.leaf_docid[nodes.clamp(min=0)] >= 0)
-        totals = totals.masked_fill(~keep, float("-inf"))
-        if nodes.shape[1] < beam_size:
-            pad = beam_size - nodes.shape[1]
-            nodes = torch.nn.functional.pad(nodes, (0, pad), value=-1)
-            totals = torch.nn.functional.pad(totals, (0, pad), value=float("-inf"))
-            finished = torch.nn.functional.pad(finished, (0, pad), value=False)
     return _finished(trie, nodes, totals, finished)
 
 
