@@ -36,8 +36,9 @@ def demo_index(workdir: Path, corpus: str = "wikipedia"):
 
 
 def load_stack(model: str, checkpoint: str | None, index_dir: str, encoder: str):
-    """Model and document index for ``dynvocab generate``."""
+    """Model and document index for ``dynvocab generate``; the index is loaded first, so a wrong path fails fast."""
     documents = document_encoder() if encoder == "minilm" else DenseEncoder(resolve_model(encoder))
     if checkpoint is None and model == "smollm2" and SHIPPED_ENCODER.exists():
         checkpoint = SHIPPED_ENCODER
-    return load_dynamic_lm(model, checkpoint), DocumentIndex.load(index_dir, encoder=documents)
+    index = DocumentIndex.load(index_dir, encoder=documents)
+    return load_dynamic_lm(model, checkpoint), index

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..config import JsonConfig
+from ..config import JsonConfig, check_field_types
 from ..corpora import WIKIPEDIA_HELD_OUT
 from .negatives import SOURCES
 
@@ -62,6 +62,7 @@ class TrainConfig(JsonConfig):
     config_name: ClassVar[str] = "train_config.json"
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.phrases not in PHRASE_SOURCES:
             raise ValueError(f"phrases={self.phrases!r}; choose one of {PHRASE_SOURCES}")
         if self.mode not in MODES:

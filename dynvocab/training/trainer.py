@@ -151,15 +151,17 @@ def sample_stream(
     rng = random.Random(config.seed)
 
     def epochs() -> Iterator:
+        """Samples with at least one phrase (one without teaches the phrase encoder nothing), epoch after epoch."""
         for epoch in itertools.count():
             produced = False
             for sample in build_samples(epoch_texts(config, epoch), tokenizer, sampler, config.max_length, seed=rng):
-                produced = True
-                yield sample
+                if sample.phrase_spans:
+                    produced = True
+                    yield sample
             if not produced:
                 raise ValueError(
-                    f"the training data {config.data!r} yields no training sample (no text has enough tokens for a "
-                    f"phrase, or the data is empty); pass texts of a few sentences each, or lower --min-gap"
+                    f"the training data {config.data!r} yields no training sample with a phrase (the texts are too "
+                    f"short, or the data is empty); pass texts of a few sentences each, or lower --min-gap"
                 )
 
     samples = epochs()
@@ -183,11 +185,16 @@ class Trainer:
             cpu=cpu_processes(),
         )
         set_seed(config.seed)
+        texts = training_texts(config)  # the data is read before the model loads: a bad path fails at once
+        support_texts = list(itertools.islice(iter(texts), config.support_texts))
+        if not support_texts:
+            raise ValueError(
+                f"the training data {config.data!r} holds no text, so it yields no training sample; pass a text or "
+                f"JSONL file, a folder or a dataset with texts in the {config.text_field!r} field"
+            )
         self.model = build_model(config)
         self.tokenizer = self.model.tokenizer
         self.output_dir = Path(config.output_dir)
-        texts = training_texts(config)
-        support_texts = list(itertools.islice(iter(texts), config.support_texts))
         self.support = self.tokenizer(support_texts, add_special_tokens=False)["input_ids"]
         names = config.negative_names
         self.negatives = NegativeSampler(
@@ -316,15 +323,21 @@ class Trainer:
                 f"the RNG and negatives state are split by process, so resume with --num_processes {saved} "
                 "(keeping --batch-size), or start a new --output-dir"
             )
-        load_trainable(latest, self.accelerator.unwrap_model(self.module))
-        load_optimizer(latest, self.optimizer, self.scheduler)
-        restore_rank_state(*load_rank_state(latest, self.accelerator.process_index), self.negatives)
-        self.step = state["step"]
+        self.load_checkpoint(latest)
         for _ in range(self.step * self.config.grad_accum):
             next(stream)
         if self.accelerator.is_main_process:
             self._truncate_log(state["log_bytes"])
             logger.info("resumed from %s at step %d", latest, self.step)
+
+    def load_checkpoint(self, directory: Path) -> dict:
+        """Put this process's trainable weights, optimizer, scheduler, RNG and negatives state back; returns the trainer state."""
+        state = json.loads((directory / TRAINER_STATE).read_text(encoding="utf-8"))
+        load_trainable(directory, self.accelerator.unwrap_model(self.module))
+        load_optimizer(directory, self.optimizer, self.scheduler)
+        restore_rank_state(*load_rank_state(directory, self.accelerator.process_index), self.negatives)
+        self.step = state["step"]
+        return state
 
     def _truncate_log(self, size: int) -> None:
         """Drop log lines written after the checkpoint (they are trained again), in place: one truncate, no rewrite."""
