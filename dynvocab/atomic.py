@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["MANIFEST", "atomic_directory", "file_sha256", "read_manifest", "recover", "verify"]
+__all__ = ["MANIFEST", "atomic_directory", "file_sha256", "read_manifest", "recover", "remove_directory", "verify"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 MANIFEST = "dynvocab_manifest.json"
 _FORMAT = "dynvocab.manifest"
 #: hidden siblings of a folder being saved: ``.<name>.dynvocab-staging-*`` (the new copy) and ``...-retired-*`` (the old)
-_STAGING, _RETIRED = ".dynvocab-staging-", ".dynvocab-retired-"
+_STAGING, _RETIRED, _DELETING = ".dynvocab-staging-", ".dynvocab-retired-", ".dynvocab-deleting-"
 
 
 @contextlib.contextmanager
@@ -79,9 +79,19 @@ def recover(path: str | Path) -> None:
             logger.warning("%s was missing after an interrupted save; restored it from %s", path, complete[0].name)
             os.replace(complete[0], path)
             _fsync(path.parent)
-    for leftover in staged + retired:
+    deleting = list(path.parent.glob(f".{name}{_DELETING}*"))
+    for leftover in staged + retired + deleting:
         if leftover.exists():
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def remove_directory(path: str | Path) -> None:
+    """Delete a saved folder so that a kill part-way never leaves half of it at ``path``: renamed away first."""
+    path = Path(path)
+    doomed = path.with_name(f".{path.name}{_DELETING}{os.getpid()}")
+    os.replace(path, doomed)
+    _fsync(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def read_manifest(directory: str | Path) -> dict[str, dict]:

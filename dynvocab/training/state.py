@@ -13,7 +13,6 @@ import json
 import logging
 import random
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..atomic import MANIFEST, recover, verify
+from ..atomic import MANIFEST, recover, remove_directory, verify
 
 __all__ = [
     "CHECKPOINT_PATTERN",
@@ -151,4 +150,4 @@ def rotate_checkpoints(output_dir: Path, keep: int) -> None:
         return
     for old in complete_checkpoints(output_dir)[keep:]:
         if (old / MANIFEST).is_file():
-            shutil.rmtree(old)
+            remove_directory(old)

@@ -124,3 +124,15 @@ def test_save_pretrained_keeps_the_users_other_files(llama, tokenizer, tmp_path)
     model.save_pretrained(tmp_path / "model")
     model.save_pretrained(tmp_path / "model")
     assert (tmp_path / "model" / "README.md").read_text() == "my notes"
+
+
+def test_a_folder_being_deleted_is_never_restored(tmp_path):
+    with atomic_directory(tmp_path / "out") as staging:
+        write(staging, "old")
+    atomic.remove_directory(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # a kill during the deletion leaves a renamed, half-deleted folder: the next recover removes it, never restores it
+    (tmp_path / ".out.dynvocab-deleting-123").mkdir()
+    (tmp_path / ".out.dynvocab-deleting-123" / "payload.txt").write_text("half")
+    recover(tmp_path / "out")
+    assert os.listdir(tmp_path) == []
