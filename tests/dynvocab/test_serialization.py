@@ -79,3 +79,10 @@ def test_unknown_arguments_are_refused(trained, llama, tokenizer, tmp_path):
     trained.save_pretrained(tmp_path / "ckpt")
     with pytest.raises(TypeError, match="device_map"):
         DynamicVocabLM.from_pretrained(tmp_path / "ckpt", llama, tokenizer, device_map="auto")
+
+
+def test_a_base_lm_with_another_vocabulary_size_is_refused(trained, tokenizer, tmp_path):
+    trained.save_pretrained(tmp_path / "ckpt")
+    bigger = tiny_llama(len(tokenizer) + 8)
+    with pytest.raises(ValueError, match=f"vocabulary size {len(tokenizer) + 8}"):
+        DynamicVocabLM.from_pretrained(tmp_path / "ckpt", bigger, tokenizer)
