@@ -249,18 +249,20 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``phrase_inputs`` ``(P, d)`` are the phrases' input vectors; None uses the table's.
         """
         embeddings = self.lm.get_input_embeddings()
-        if input_ids.numel() and int(input_ids.min()) < 0:
-            raise ValueError(f"input id {int(input_ids.min())} is negative; ids are 0..V-1 for tokens and V.. for phrases")
-        is_phrase = input_ids >= self.vocab_size
-        if not bool(is_phrase.any()):
+        if not input_ids.numel():
+            return embeddings(input_ids)
+        smallest, largest = (int(bound) for bound in torch.aminmax(input_ids))  # one device sync for both checks
+        if smallest < 0:
+            raise ValueError(f"input id {smallest} is negative; ids are 0..V-1 for tokens and V.. for phrases")
+        if largest < self.vocab_size:
             return embeddings(input_ids)
         num_phrases = len(self.phrase_table) if phrase_inputs is None else phrase_inputs.shape[0]
-        largest = int(input_ids.max())
         if largest >= self.vocab_size + num_phrases:
             raise ValueError(
                 f"input id {largest} is past the vocabulary: V={self.vocab_size} plus {num_phrases} phrases; "
                 "set the phrases before using their ids"
             )
+        is_phrase = input_ids >= self.vocab_size
         tokens = embeddings(input_ids.masked_fill(is_phrase, 0))
         indices = input_ids[is_phrase] - self.vocab_size
         if phrase_inputs is None:
