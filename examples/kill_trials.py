@@ -70,13 +70,19 @@ def tiny_lm(folder: Path) -> Path:
     return folder
 
 
-def run_and_kill(code: str, args: list[str], delay: tuple[float, float], rng: random.Random, wait_ready: bool) -> float:
-    """Start ``code`` in a subprocess, SIGKILL it after a random delay (from "ready" when it prints one)."""
+def run_and_kill(
+    code: str, args: list[str], delay: tuple[float, float], rng: random.Random, wait_ready: bool,
+    started: Path | None = None,
+) -> float:
+    """Start ``code`` in a subprocess, SIGKILL it after a random delay, counted from "ready" when it prints one,
+    or from the moment the file ``started`` exists and is not empty."""
     env = os.environ | {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
     child = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              env=env, text=True)
     if wait_ready:
         child.stdout.readline()
+    while started is not None and child.poll() is None and not (started.exists() and started.stat().st_size):
+        time.sleep(0.05)
     seconds = rng.uniform(*delay)
     time.sleep(seconds)
     child.send_signal(signal.SIGKILL)
@@ -133,7 +139,9 @@ def training_trials(trials: int, lm_dir: Path, data: Path, work: Path, rng: rand
     outcomes = []
     for trial in range(trials):
         run = dict(settings, output_dir=str(work / f"train-{trial}"))
-        run_and_kill(TRAIN_CHILD, [json.dumps(run)], (4.0, 16.0), rng, wait_ready=False)
+        # from the first logged step on: the 8 steps and their 8 checkpoints take about 4-20 s here
+        run_and_kill(TRAIN_CHILD, [json.dumps(run)], (0.0, 12.0), rng, wait_ready=False,
+                     started=Path(run["output_dir"]) / "log.jsonl")
         try:
             Trainer(TrainConfig(**run)).train(resume=True)
             outcome = "resumed"
@@ -164,7 +172,8 @@ def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default=None, help="write the counts here as JSON")
+    parser.add_argument("--output", default=None, help="write the counts here as JSON (merged into what is there)")
+    parser.add_argument("--only", default="save_pretrained,index_save,training", help="comma-separated kinds to run")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     rng = random.Random(args.seed)
@@ -176,15 +185,20 @@ def main() -> dict:
         data = work / "data.txt"
         data.write_text("\n\n".join(lead["text"] for lead in wikipedia_leads()[:40]))
         results = {"trials_each": args.trials}
+        kinds = args.only.split(",")
         for name, run in [("save_pretrained", lambda: save_trials(args.trials, lm_dir, work, rng)),
                           ("index_save", lambda: index_trials(args.trials, work, rng)),
                           ("training", lambda: training_trials(args.trials, lm_dir, data, work, rng))]:
+            if name not in kinds:
+                continue
             started = time.perf_counter()
             results[name] = run()
             print(f"{name}: {results[name]} ({time.perf_counter() - started:.0f} s)", flush=True)
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        previous = json.loads(output.read_text()) if output.exists() else {}
+        output.write_text(json.dumps(previous | results, indent=2) + "\n")
     return results
 
 
