@@ -162,12 +162,6 @@ class PhraseTable:
         self.version += bool(new)
         return new
 
-    def remove(self, items: Iterable[PhraseLike]) -> None:
-        """Remove phrases (unknown ones are ignored); later phrases move down to keep ids contiguous."""
-        drop = {self._index[t] for t in (as_phrase(i).text for i in phrase_list(items)) if t in self._index}
-        if drop:
-            self.keep([i for i in range(len(self)) if i not in drop])
-
     def keep(self, indices: Sequence[int]) -> None:
         """Keep only the phrases at these table indices, in this order, with their vectors."""
         self.phrases = [self.phrases[i] for i in indices]
