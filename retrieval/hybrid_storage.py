@@ -21,12 +21,13 @@ from safetensors.numpy import load_file, save_file
 from scipy.sparse import csc_matrix
 
 from dynvocab.atomic import atomic_directory
-from encoders.hybrid import HybridVectors, hybrid_scores
+from encoders.hybrid import REPRESENTATIONS, HybridVectors, hybrid_scores
 
 from .storage import METADATA_FILE, PROBE_MIN_COSINE, PROBE_TEXT
 from .storage import _sha256 as sha256
 
-__all__ = ["DENSE_FILE", "FORMAT", "SPARSE_FILE", "encoder_record", "read_hybrid_dir", "write_hybrid_dir"]
+__all__ = ["DENSE_FILE", "FORMAT", "SPARSE_FILE", "encoder_record", "read_hybrid_dir", "saved_representation",
+           "write_hybrid_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,16 @@ def read_hybrid_dir(directory: Path, encoder: Any = None) -> tuple[faiss.Index |
         sparse = _read_sparse(directory / SPARSE_FILE, n, files[SPARSE_FILE]["vocab_size"])
     _check_encoder(metadata, encoder, directory)
     return dense, sparse, metadata
+
+
+def saved_representation(directory: Path) -> str:
+    """The representation name (``cls``, ``ot``, ``both``, ``both-260``) a saved hybrid index was built with."""
+    saved = _read_metadata(directory).get("encoder") or {}
+    for name, (use_dense, sparse_k) in REPRESENTATIONS.items():
+        if (saved.get("dense_dim", 0) > 0) == use_dense and saved.get("sparse_k") == sparse_k:
+            return name
+    raise ValueError(f"the index at {str(directory)!r} records no known representation ({saved.get('label')!r}); "
+                     f"rebuild it with one of {sorted(REPRESENTATIONS)}")
 
 
 def _read_metadata(directory: Path) -> dict[str, Any]:
