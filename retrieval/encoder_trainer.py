@@ -4,7 +4,8 @@ A step's batch, masks and dropout depend only on ``(seed, step, process)``: :met
 reseeds torch at every step and asks ``batch_at(step, process, processes)`` for the batch, so a resumed
 run repeats the uninterrupted one exactly from the model and optimizer state alone. Checkpoints hold the
 module (safetensors), the optimizer (``torch.save``, read back with ``weights_only=True``), the scheduler
-(JSON) and ``trainer_state.json``, written last; each is swapped in whole by ``dynvocab.atomic``.
+and the step (``trainer_state.json``); each is swapped in whole by ``dynvocab.atomic``, whose manifest,
+written last, marks it complete: resume takes the newest checkpoint whose manifest matches.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from dynvocab.atomic import atomic_directory
-
-from .storage import _sha256 as sha256
+from dynvocab.atomic import atomic_directory, recover, verify
 
 __all__ = ["EXPORT_DIR", "LoopSettings", "EncoderTrainer", "mixed_precision"]
 
@@ -137,7 +136,7 @@ class EncoderTrainer:
                 self.export(self.unwrapped, staging)
 
     def save_checkpoint(self) -> Path:
-        """``output_dir/checkpoint-<step>``: module, optimizer, scheduler and the step (the marker, written last)."""
+        """``output_dir/checkpoint-<step>``: module, optimizer, scheduler and the step."""
         directory = self.output_dir / f"checkpoint-{self.step}"
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
@@ -145,14 +144,13 @@ class EncoderTrainer:
                 save_model(self.unwrapped, str(staging / MODULE_FILE))
                 torch.save(self.optimizer.state_dict(), staging / OPTIMIZER_FILE)
                 state = {"step": self.step, "num_processes": self.accelerator.num_processes,
-                         "scheduler": self.scheduler.state_dict(),
-                         "sha256": {name: sha256(staging / name) for name in (MODULE_FILE, OPTIMIZER_FILE)}}
+                         "scheduler": self.scheduler.state_dict()}
                 (staging / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
         self.accelerator.wait_for_everyone()
         return directory
 
     def _resume(self) -> None:
-        complete = [p for p in self.output_dir.glob("checkpoint-*") if (p / STATE_FILE).is_file()]
+        complete = [p for p in self.output_dir.glob("checkpoint-*") if _complete(p)]
         if not complete:
             raise FileNotFoundError(f"no complete checkpoint-* in {self.output_dir} to resume from; drop --resume to start fresh")
         latest = max(complete, key=lambda p: int(p.name.split("-")[1]))
@@ -160,13 +158,22 @@ class EncoderTrainer:
         if state["num_processes"] != self.accelerator.num_processes:
             raise ValueError(f"{latest} was written by {state['num_processes']} process(es) and this run has "
                              f"{self.accelerator.num_processes}; resume with the same number or start a new output_dir")
-        for name, digest in state["sha256"].items():
-            if sha256(latest / name) != digest:
-                raise ValueError(f"{latest / name} is corrupted (sha256 mismatch); resume from an earlier checkpoint "
-                                 "by moving this one away")
         load_model(self.unwrapped, str(latest / MODULE_FILE), device=str(self.accelerator.device))
         self.optimizer.load_state_dict(torch.load(latest / OPTIMIZER_FILE, weights_only=True,
                                                   map_location=self.accelerator.device))
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
         logger.info("resumed from %s at step %d", latest, self.step)
+
+
+def _complete(checkpoint: Path) -> bool:
+    """Whether ``checkpoint`` (recovered first if a swap was interrupted) is a finished save whose manifest matches."""
+    recover(checkpoint)
+    if not (checkpoint / STATE_FILE).is_file():
+        return False
+    try:
+        verify(checkpoint)
+    except ValueError as error:
+        logger.warning("skipping %s: %s", checkpoint, error)
+        return False
+    return True

@@ -20,11 +20,10 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 from scipy.sparse import csc_matrix
 
-from dynvocab.atomic import atomic_directory
+from dynvocab.atomic import atomic_directory, file_sha256, recover
 from encoders.hybrid import REPRESENTATIONS, HybridVectors, hybrid_scores
 
 from .storage import METADATA_FILE, PROBE_MIN_COSINE, PROBE_TEXT
-from .storage import _sha256 as sha256
 
 __all__ = ["DENSE_FILE", "FORMAT", "SPARSE_FILE", "encoder_record", "read_hybrid_dir", "saved_representation",
            "write_hybrid_dir"]
@@ -64,7 +63,7 @@ def write_hybrid_dir(target: Path, dense: faiss.Index | None, sparse: csc_matrix
                       staging / SPARSE_FILE, metadata={"shape": json.dumps(list(sparse.shape))})
             files[SPARSE_FILE] = {"vocab_size": int(sparse.shape[1])}
         for name, record in files.items():
-            record.update(bytes=(staging / name).stat().st_size, sha256=sha256(staging / name))
+            record.update(bytes=(staging / name).stat().st_size, sha256=file_sha256(staging / name))
         record = {"format": FORMAT, "format_version": FORMAT_VERSION, "faiss_version": faiss.__version__,
                   "files": files, **metadata}
         (staging / METADATA_FILE).write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
@@ -74,6 +73,7 @@ def write_hybrid_dir(target: Path, dense: faiss.Index | None, sparse: csc_matrix
 
 def read_hybrid_dir(directory: Path, encoder: Any = None) -> tuple[faiss.Index | None, csc_matrix | None, dict[str, Any]]:
     """Read and check a folder written by :func:`write_hybrid_dir`: ``(dense, sparse, metadata)``."""
+    recover(directory)
     metadata = _read_metadata(directory)
     files, n = metadata["files"], metadata["num_documents"]
     for name in files:
@@ -126,7 +126,7 @@ def _check_file(path: Path, record: dict[str, Any]) -> None:
         raise ValueError(f"{path} is missing; {FIX}")
     if path.stat().st_size != record["bytes"]:
         raise ValueError(f"{path} is truncated or altered: {path.stat().st_size} bytes, {record['bytes']} expected; {FIX}")
-    if sha256(path) != record["sha256"]:
+    if file_sha256(path) != record["sha256"]:
         raise ValueError(f"{path} is corrupted: its sha256 does not match {METADATA_FILE}; {FIX}")
 
 

@@ -43,7 +43,7 @@ def demo_index(workdir: Path, corpus: str = "wikipedia"):
 
 
 def load_stack(model: str, checkpoint: str | None, index_dir: str, encoder: str):
-    """Model and document index for ``dynvocab generate``."""
+    """Model and document index for ``dynvocab generate``; the index is loaded first, so a wrong path fails fast."""
     if checkpoint is None and model == "smollm2" and SHIPPED_ENCODER.exists():
         checkpoint = SHIPPED_ENCODER
     if is_hybrid_encoder(encoder):
@@ -53,6 +53,8 @@ def load_stack(model: str, checkpoint: str | None, index_dir: str, encoder: str)
         from .hybrid_storage import saved_representation
 
         hybrid = HybridEncoder.from_pretrained(encoder, representation=saved_representation(Path(index_dir)))
-        return load_dynamic_lm(model, checkpoint), HybridIndex.load(index_dir, encoder=hybrid)
+        index = HybridIndex.load(index_dir, encoder=hybrid)
+        return load_dynamic_lm(model, checkpoint), index
     documents = document_encoder() if encoder == "minilm" else DenseEncoder(resolve_model(encoder))
-    return load_dynamic_lm(model, checkpoint), DocumentIndex.load(index_dir, encoder=documents)
+    index = DocumentIndex.load(index_dir, encoder=documents)
+    return load_dynamic_lm(model, checkpoint), index

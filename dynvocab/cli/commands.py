@@ -46,6 +46,8 @@ def cmd_index(args: argparse.Namespace) -> None:
     from ..corpora import CORPORA
 
     source = CORPORA[args.data][0]() if args.data in CORPORA else args.data
+    if not isinstance(source, list) and not Path(source).exists() and Path(source).suffix in (".jsonl", ".txt", ".json"):
+        raise FileNotFoundError(f"--data {source!r} does not exist; pass a JSONL or text file, a folder, or 'wikipedia'")
     if is_hybrid_encoder(args.encoder):
         hybrid = HybridIndex.build(source, HybridEncoder.from_pretrained(args.encoder, representation=args.representation),
                                    text_field=args.text_field, show_progress_bar=True)
@@ -62,8 +64,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from retrieval.loading import load_stack
     from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
+    config = dataclass_from_args(PipelineConfig, args)
     model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
-    pipeline = PhrasePipeline(model, index, dataclass_from_args(PipelineConfig, args))
+    pipeline = PhrasePipeline(model, index, config)
     for prompt in args.prompt:
         result = pipeline(prompt)
         print(prompt + result.marked())
@@ -75,6 +78,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
+    if args.prompts < 1 or args.max_new_tokens < 1:
+        raise ValueError(f"--prompts {args.prompts} and --max-new-tokens {args.max_new_tokens} must be >= 1")
     run_demo(prompts=args.prompts, max_new_tokens=args.max_new_tokens, workdir=Path(args.workdir))
 
 
@@ -190,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError) as error:  # what the library raises for a user's input
         print(f"dynvocab {args.command}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
 

@@ -24,7 +24,7 @@ def test_round_trip_restores_every_tensor_and_writes_only_our_files(trained, bas
     fresh_base = copy.deepcopy(base_model)
     trained.save_pretrained(tmp_path / "ckpt")
     assert sorted(os.listdir(tmp_path / "ckpt")) == [
-        "dynvocab_config.json", "phrase_encoder.safetensors", "phrase_encoder_config.json"
+        "dynvocab_config.json", "dynvocab_manifest.json", "phrase_encoder.safetensors", "phrase_encoder_config.json"
     ]
     loaded = DynamicVocabLM.from_pretrained(tmp_path / "ckpt", fresh_base, tokenizer).eval()
     expected = trained.phrase_encoder.state_dict()

@@ -70,7 +70,7 @@ def test_encoder_search_and_round_trip(tiny_encoder, tmp_path):
     index = HybridIndex.build(texts, tiny_encoder, candidates=3)
     before = index.search(["cat on the mat", "paris"], 3)
     folder = index.save(tmp_path / "index")
-    assert sorted(p.name for p in folder.iterdir()) == ["dense.faiss", "metadata.json", "sparse.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == ["dense.faiss", "dynvocab_manifest.json", "metadata.json", "sparse.safetensors"]
     again = HybridIndex.load(folder, encoder=tiny_encoder)
     after = again.search(["cat on the mat", "paris"], 3)
     np.testing.assert_array_equal(before[1], after[1])
