@@ -1,9 +1,11 @@
 """DupMAE's retrieval representation: [CLS] projected to ``d'`` dims plus the top-``k`` vocabulary weights.
 
-The dense part is ``projection(h_CLS)``; the sparse part is ``log(1 + relu(max_i head(h_i)))`` over the
-ordinary tokens ``i`` (special tokens get weight 0), of which :meth:`HybridEncoder.encode` keeps the
-``k`` largest. A query and a document score ``dense . dense + sparse . sparse`` over shared vocabulary
-ids. Representations: ``cls`` (dense only), ``ot`` (sparse only), ``both`` (CLS:384/OT:384) and
+The dense part is ``projection(h_CLS)``, L2-normalised; the sparse part is ``log(1 + relu(max_i head(h_i)))``
+over the ordinary tokens ``i`` (special tokens get weight 0), cut to its ``k`` largest entries and then
+L2-normalised. A query and a document score ``dense . dense + sparse . sparse`` over shared vocabulary ids,
+so each part is a cosine and a score lies in ``[-1, 2]``: raw dot products of unnormalised MLM-head weights
+run into the hundreds and swamp any softmax temperature (the contrastive loss then sits near 900).
+Representations: ``cls`` (dense only), ``ot`` (sparse only), ``both`` (CLS:384/OT:384) and
 ``both-260`` (CLS:384/OT:260, the paper's memory-parity setting).
 """
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
@@ -173,14 +176,19 @@ class HybridEncoder(nn.Module):
         return f"HybridEncoder(name={self.name!r}, representation={self.config.label!r})"
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(dense (b, d'), vocabulary weights (b, V))`` before top-k: what training scores with."""
+        """``(dense (b, d'), vocabulary weights (b, V))``, both unit length; the weights keep only their top
+        ``sparse_k`` entries (all when ``sparse_k`` is 0), so training scores exactly what the index stores."""
         hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        dense = self.projection(hidden[:, 0])
+        dense = F.normalize(self.projection(hidden[:, 0]), dim=-1)
         ordinary = ordinary_tokens(input_ids, attention_mask, self.special_ids)
         logits = self.head(hidden).masked_fill(~ordinary[..., None], 0.0)
         weights = torch.log1p(torch.relu(logits.amax(dim=1)))
         special = torch.tensor(self.special_ids, dtype=torch.long, device=weights.device)
-        return dense, weights.index_fill(1, special, 0.0)
+        weights = weights.index_fill(1, special, 0.0)
+        if 0 < self.config.sparse_k < weights.shape[1]:
+            ids, values = top_k_sparse(weights, self.config.sparse_k)
+            weights = torch.zeros_like(weights).scatter(1, ids, values)
+        return dense, F.normalize(weights, dim=-1)
 
     def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
         return self.tokenizer(texts, padding=True, truncation=True, max_length=self.config.max_length,

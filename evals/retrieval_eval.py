@@ -187,7 +187,8 @@ def _finetuned(config: RetrievalEvalConfig, name: str, model: str, encoder: str,
         settings = FinetuneConfig(model=model, encoder=encoder, data=config.corpus, output_dir=str(folder), seed=seed,
                                   max_steps=config.finetune_steps, batch_size=config.batch_size, max_length=config.max_length,
                                   learning_rate=3e-5, warmup_steps=max(1, config.finetune_steps // 10),
-                                  save_every=config.finetune_steps, mining_documents=config.mining_documents)
+                                  save_every=config.finetune_steps, mining_documents=config.mining_documents,
+                                  log_every=max(1, config.finetune_steps // 8))
         finetune(settings, resume=any(folder.glob("checkpoint-*/trainer_state.json")))
     return folder / EXPORT_DIR
 

@@ -53,7 +53,7 @@ class FinetuneConfig(LoopSettings, JsonConfig):
     query_max_length: int = field(default=32, metadata={"help": "tokens per query"})
     max_length: int = field(default=128, metadata={"help": "tokens per document"})
     dense_dim: int = field(default=384, metadata={"help": "hybrid: size of the projected [CLS] vector"})
-    temperature: float = field(default=0.0, metadata={"help": "softmax temperature; 0: 0.05 for dense (cosine), 1.0 for hybrid (dot)"})
+    temperature: float = field(default=0.05, metadata={"help": "softmax temperature over scores: a cosine (dense) or the sum of the dense and sparse cosines (hybrid)"})
     hard_negatives_from: int = field(default=-1, metadata={"help": "step at which hard negatives are mined; -1: half of max_steps; >= max_steps: never"})
     hard_negative_depth: int = field(default=30, metadata={"help": "negatives are drawn from this many nearest wrong documents"})
     mining_documents: int = field(default=3000, metadata={"help": "training documents encoded for mining (positives included)"})
@@ -70,8 +70,8 @@ class FinetuneConfig(LoopSettings, JsonConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive int")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature!r} must be >= 0 (0 picks the encoder's default)")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature!r} must be > 0; 0.05 suits cosine scores")
         if self.batch_size < 2:
             raise ValueError(f"batch_size={self.batch_size} leaves no in-batch negatives; use at least 2")
 
@@ -218,8 +218,7 @@ def finetune(config: FinetuneConfig, resume: bool = False) -> dict[str, float]:
         raise ValueError(f"data={config.data!r} gives {len(pairs)} training pairs, fewer than batch_size={config.batch_size}")
     torch.manual_seed(config.seed)
     encoder, tokenizer = _build_encoder(config)
-    temperature = config.temperature or (1.0 if config.encoder == "hybrid" else 0.05)
-    module = ContrastiveModule(encoder, config.encoder, temperature, config.distill_weight)
+    module = ContrastiveModule(encoder, config.encoder, config.temperature, config.distill_weight)
     teacher = load_teacher(config.teacher) if config.teacher else None
     miner = _Miner(config, module, tokenizer, pairs, documents)
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,16 @@
 """Pre-training and fine-tuning loops on a tiny random BERT: losses logged, exports load, resume is exact."""
 
 import json
+import math
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
-from encoders.hybrid import HybridEncoder
+from encoders.hybrid import HybridEncoder, hybrid_scores
 from retrieval.encoder_trainer import EncoderTrainer, LoopSettings
-from retrieval.finetuning import ContrastiveModule
+from retrieval.finetuning import ContrastiveModule, FinetuneConfig
 from retrieval.pairs import held_out_queries, split_sentences, training_pairs
 from tests.tiny_mlm import save_tiny_mlm
 
@@ -59,6 +62,39 @@ def test_contrastive_module_scores_hybrid_pairs(tmp_path):
                    teacher=torch.tensor([[2.0, 0.0], [1.0, 0.5]]))
     assert set(terms) == {"loss", "contrastive", "distill"} and terms["loss"].requires_grad
     assert terms["loss"].item() == pytest.approx((terms["contrastive"] + terms["distill"]).item())
+
+
+def test_hybrid_scores_are_sums_of_two_cosines(tmp_path):
+    """Unit dense and top-k sparse parts: scores stay in [-1, 2] (raw dot products sent the loss near 900)."""
+    encoder = HybridEncoder.from_pretrained(str(save_tiny_mlm(tmp_path / "tiny")), dense_dim=8)
+    encoder = HybridEncoder(encoder.model, encoder.tokenizer, replace(encoder.config, sparse_k=5), encoder.projection)
+    batch = encoder.tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        dense, sparse = encoder(batch["input_ids"], batch["attention_mask"])
+    assert torch.allclose(dense.norm(dim=1), torch.ones(5), atol=1e-5)
+    assert torch.allclose(sparse.norm(dim=1), torch.ones(5), atol=1e-5) and ((sparse > 0).sum(1) <= 5).all()
+    vectors = encoder.encode(TEXTS)
+    assert np.allclose(np.linalg.norm(vectors.values, axis=1), 1.0, atol=1e-5), "encode stores what training scored"
+    scores = hybrid_scores(vectors, vectors)
+    assert scores.max() <= 2 + 1e-5 and scores.min() >= -1 - 1e-5
+
+
+def test_hybrid_contrastive_loss_falls_at_the_default_temperature(tmp_path):
+    torch.manual_seed(0)
+    encoder = HybridEncoder.from_pretrained(str(save_tiny_mlm(tmp_path / "tiny")), dense_dim=8).train()
+    module = ContrastiveModule(encoder, "hybrid", temperature=FinetuneConfig().temperature)
+    q = encoder.tokenizer(["cat mat", "paris city", "dog water", "bank money"], padding=True, return_tensors="pt")
+    d = encoder.tokenizer(TEXTS[:4], padding=True, return_tensors="pt")
+    args = (q["input_ids"], q["attention_mask"], d["input_ids"], d["attention_mask"], torch.arange(4))
+    optimizer = torch.optim.Adam(module.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(15):
+        loss = module(*args)["loss"]
+        losses.append(loss.item())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert losses[0] <= 3 / module.temperature + math.log(4) and losses[-1] < 0.5 * losses[0], losses
 
 
 def test_pairs_come_from_the_corpus_and_held_out_sentences_are_cut():
