@@ -149,8 +149,13 @@ _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": type(Non
 
 
 def _annotated_types(annotation) -> tuple[type, ...] | None:
-    """``"int | None"`` -> ``(int, NoneType)``; a float field takes ints too; None for annotations it does not check."""
-    names = [part.strip() for part in str(annotation).split("|")]
+    """``"int | None"`` -> ``(int, NoneType)``; a float field takes ints too; None for annotations it does not check.
+
+    ``annotation`` is a string under ``from __future__ import annotations``, or the class itself once
+    ``HfArgumentParser`` has resolved the dataclass's fields in place (it does, when the CLI builds its parser).
+    """
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    names = [part.strip() for part in text.split("|")]
     if not all(name in _TYPES for name in names):
         return None
     types = tuple(_TYPES[name] for name in names)
