@@ -128,7 +128,7 @@ class DynamicVocabConfig(JsonConfig):
 def check_field_types(config) -> None:
     """Raise ``TypeError`` naming a dataclass field whose value is not of its annotated type (int, float, str, bool, or None)."""
     for spec in dataclasses.fields(config):
-        value, allowed = getattr(config, spec.name), _annotated_types(spec.type)
+        value, allowed = getattr(config, spec.name), _annotated_types(_declared_annotation(type(config), spec))
         if allowed is None:
             continue
         if value is None:
@@ -145,17 +145,22 @@ def check_field_types(config) -> None:
             )
 
 
+def _declared_annotation(cls: type, spec: dataclasses.Field):
+    """The annotation as written in the class body: ``HfArgumentParser`` rewrites ``spec.type`` in place (a
+    resolved class, ``int | None`` cut to ``int``) when the CLI builds its parser, the class's own record stays."""
+    for klass in cls.__mro__:
+        declared = vars(klass).get("__annotations__", {})
+        if spec.name in declared:
+            return declared[spec.name]
+    return spec.type
+
+
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
 
 
 def _annotated_types(annotation) -> tuple[type, ...] | None:
-    """``"int | None"`` -> ``(int, NoneType)``; a float field takes ints too; None for annotations it does not check.
-
-    ``annotation`` is a string under ``from __future__ import annotations``, or the class itself once
-    ``HfArgumentParser`` has resolved the dataclass's fields in place (it does, when the CLI builds its parser).
-    """
-    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-    names = [part.strip() for part in text.split("|")]
+    """``"int | None"`` -> ``(int, NoneType)``; a float field takes ints too; None for annotations it does not check."""
+    names = [part.strip() for part in str(annotation).split("|")]
     if not all(name in _TYPES for name in names):
         return None
     types = tuple(_TYPES[name] for name in names)
