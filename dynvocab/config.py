@@ -128,7 +128,7 @@ class DynamicVocabConfig(JsonConfig):
 def check_field_types(config) -> None:
     """Raise ``TypeError`` naming a dataclass field whose value is not of its annotated type (int, float, str, bool, or None)."""
     for spec in dataclasses.fields(config):
-        value, allowed = getattr(config, spec.name), _annotated_types(spec.type)
+        value, allowed = getattr(config, spec.name), _annotated_types(_declared_annotation(type(config), spec))
         if allowed is None:
             continue
         if value is None:
@@ -143,6 +143,16 @@ def check_field_types(config) -> None:
                 f"{type(config).__name__}.{spec.name} must be {names}, got {type(value).__name__} {value!r}; "
                 f"pass e.g. {spec.name}={spec.default!r}"
             )
+
+
+def _declared_annotation(cls: type, spec: dataclasses.Field):
+    """The annotation as written in the class body: ``HfArgumentParser`` rewrites ``spec.type`` in place (a
+    resolved class, ``int | None`` cut to ``int``) when the CLI builds its parser, the class's own record stays."""
+    for klass in cls.__mro__:
+        declared = vars(klass).get("__annotations__", {})
+        if spec.name in declared:
+            return declared[spec.name]
+    return spec.type
 
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
