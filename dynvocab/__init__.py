@@ -7,6 +7,8 @@ from .phrase_encoder import PhraseEncoder
 from .phrase_table import Phrase, PhraseTable
 from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .scoring import DotProductScorer
+from .shortlist import ShortlistConfig, ShortlistHead
+from .shortlist_scorer import ShortlistScorer
 from .text import Segment
 from .verification import VerifiedOutput, generate_verified
 
@@ -21,6 +23,9 @@ __all__ = [
     "PhraseRepetitionPenalty",
     "PhraseTable",
     "Segment",
+    "ShortlistConfig",
+    "ShortlistHead",
+    "ShortlistScorer",
     "VerifiedOutput",
     "generate_verified",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,9 @@ class PhraseTable:
         self.output_vectors: torch.Tensor | None = None
         self.input_vectors: dict[int, torch.Tensor] = {}
         self.version = 0  # bumped whenever the phrases or their order change (derived lookups key on it)
+        #: objects kept in step with the table (a shortlist scorer), held weakly: told ``phrases_kept(indices)``
+        #: and ``vectors_forgotten()``
+        self.listeners: weakref.WeakSet = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -175,11 +179,15 @@ class PhraseTable:
             encoded = [i for i in indices if i < self.output_vectors.shape[0]]
             index = torch.tensor(encoded, dtype=torch.long, device=self.output_vectors.device)
             self.output_vectors = self.output_vectors[index]
+        for listener in self.listeners:
+            listener.phrases_kept(indices)
 
     def forget_vectors(self) -> None:
         """Drop every cached vector (the encoder changed)."""
         self.output_vectors = None
         self.input_vectors = {}
+        for listener in self.listeners:
+            listener.vectors_forgotten()
 
     def append_output_vectors(self, outputs: torch.Tensor) -> None:
         """Cache output vectors of the next ``len(outputs)`` phrases. ``(n, d)``."""

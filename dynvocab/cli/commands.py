@@ -1,5 +1,5 @@
 """The ``dynvocab`` command line: train, train-mwt, index, generate, eval, demo, pretrain-encoder,
-finetune-encoder, eval-retrieval."""
+finetune-encoder, eval-retrieval, build-vocab, nar-train, nar-search."""
 
 from __future__ import annotations
 
@@ -118,6 +118,29 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> None:
     print(evaluate_retrieval(config, "dynvocab " + " ".join(args.argv)).read_text())
 
 
+def cmd_build_vocab(args: argparse.Namespace) -> None:
+    from retrieval.nar_cli import build_vocab
+
+    print(json.dumps(build_vocab(args.data, args.output, args)))
+
+
+def cmd_nar_train(args: argparse.Namespace) -> None:
+    from retrieval.nar_cli import nar_train
+    from retrieval.nar_training import NarTrainConfig
+
+    print(json.dumps(nar_train(args.data, args.vocab, args.encoder, dataclass_from_args(NarTrainConfig, args), args.resume,
+                               args.cluster_steps)))
+
+
+def cmd_nar_search(args: argparse.Namespace) -> None:
+    from retrieval.nar_cli import nar_search
+
+    for query, hits in zip(args.query, nar_search(args.model, args.query, args.shortlist, args.k, args.beam)):
+        print(query)
+        for rank, (docid, score) in enumerate(hits, 1):
+            print(f"  {rank:2d}. {docid}  ({score:.2f})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from evals.protocol import EvalConfig
     from evals.retrieval_eval import RetrievalEvalConfig
@@ -125,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     from retrieval.pipeline import PipelineConfig
     from retrieval.pretraining import PretrainConfig
     from transformers import HfArgumentParser
+
+    from retrieval.nar_training import NarTrainConfig
+    from retrieval.phrase_vocab import PhraseVocabConfig
 
     from ..training.config import TrainConfig
     from ..training.multiword import MultiWordTrainConfig
@@ -186,6 +212,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-new-tokens", type=int, default=64)
     demo.add_argument("--workdir", default=".cache/demo", help="where the index and a trained encoder are cached")
     demo.set_defaults(func=cmd_demo)
+
+    vocab = commands.add_parser("build-vocab", dataclass_types=PhraseVocabConfig,
+                                help="build a phrase vocabulary for docids (TokenMonster-style, offline)")
+    vocab.add_argument("--data", default="wikipedia", help="'wikipedia' (the leads' titles) or a text file, one docid per line")
+    vocab.add_argument("--output", required=True, help="directory of the saved vocabulary")
+    vocab.set_defaults(func=cmd_build_vocab)
+
+    nar = commands.add_parser("nar-train", dataclass_types=NarTrainConfig,
+                              help="train a non-autoregressive generative retriever, then its shortlist clusters")
+    nar.add_argument("--vocab", required=True, help="directory written by `dynvocab build-vocab`")
+    nar.add_argument("--data", default="wikipedia",
+                     help="'wikipedia' (lead sentences -> titles) or a JSONL file of {\"query\": ..., \"docid\": ...}")
+    nar.add_argument("--encoder", default="minilm", help="HF encoder name or path ('minilm' is the offline asset)")
+    nar.add_argument("--cluster-steps", type=int, default=300, help="steps of the learned cluster fit (0: skip it)")
+    nar.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    nar.set_defaults(func=cmd_nar_train)
+
+    search = commands.add_parser("nar-search", help="retrieve docids for queries with a trained NAR retriever")
+    search.add_argument("--model", required=True, help="the --output-dir of `dynvocab nar-train`")
+    search.add_argument("--query", action="append", required=True, help="a query (repeatable)")
+    search.add_argument("--shortlist", action="store_true", help="score each query's shortlist instead of every id")
+    search.add_argument("--k", type=int, default=10, help="documents shown per query")
+    search.add_argument("--beam", type=int, default=20, help="beam size of the trie search")
+    search.set_defaults(func=cmd_nar_search)
     return parser
 
 

@@ -4,6 +4,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -26,3 +28,17 @@ def test_training_benchmark(tiny_lm_dir, capsys):
     results = load("benchmark_training").main(["--tiny", "--model", str(tiny_lm_dir), "--threads", "1"])
     assert results["plain_s"] > 0 and results["peak_gb"] > 0
     assert "negatives add" in capsys.readouterr().out
+
+
+def test_shortlist_benchmark(tiny_lm_dir, capsys):
+    results = load("benchmark_shortlist").main(["--tiny", "--model", str(tiny_lm_dir), "--checkpoint", "none", "--threads", "1"])
+    assert results["step_ratio"]["shortlist_3000"] > 0 and results["clusters_3000"] > 1
+    assert 0 <= results["agreement_3000"][4]["recall10"] <= 1
+    assert "per-step shortlist_3000" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_nar_experiment(tmp_path):
+    report = load("nar_experiment").main(["--tiny", "--output", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")])
+    assert report["beam_search"]["identical"] and "phrase / learned shortlist" in report["systems"]
+    assert (tmp_path / "out" / "report.md").read_text().startswith("# NAR generative retrieval")

@@ -1,0 +1,304 @@
+"""One shortlist head for huge output vocabularies (phrase tables of 1e5-1e7, NAR retrieval vocabularies).
+
+Data: ``m`` cluster vectors ``c_1..c_m`` and, for each, a subset of vocabulary ids. For a
+query vector ``x0`` the ``k`` clusters of largest ``x0 · c_j`` are probed, the union of their
+subsets (per query, never per batch) is the candidate set, and only candidates get exact
+scores; everything else is ``-inf``. Two ways to fit the same structure:
+
+* ``ShortlistHead.from_vectors``, training-free: faiss k-means over the output vectors
+  themselves; a cluster's subset is its members plus the ``r`` vectors of largest inner
+  product with its centroid. ``add`` and ``keep`` follow a table that changes at run time
+  without a new k-means.
+* ``ShortlistHead.learned``, PIXAR's second stage: each training query is hard-assigned to
+  its cluster of largest ``x0 · c_j``, whose softmax over the vocabulary (``c_j · w_v``) is
+  trained by cross-entropy against the query's target ids; a subset is its cluster's top-``r``.
+
+Everything is batched tensor code (no loop over queries) and runs on the device of its buffers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import faiss
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from tqdm.auto import tqdm
+
+from .config import JsonConfig
+from .tensor_files import read_tensor_folder, write_tensor_folder
+
+__all__ = ["ShortlistConfig", "ShortlistHead", "chunked_logsumexp"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "dynvocab.ShortlistHead"
+WEIGHTS = "shortlist.safetensors"
+
+
+@dataclass
+class ShortlistConfig(JsonConfig):
+    """Sizes of the shortlist: ``m`` clusters, subsets of ``r`` ids, ``k`` clusters probed per query."""
+
+    num_clusters: int = field(default=0, metadata={"help": "Clusters m; 0 picks 4 * sqrt(|V|) at fit time."})
+    subset_size: int = field(default=256, metadata={"help": "r: ids of largest c_j . e kept per cluster (besides its members)."})
+    probe: int = field(default=8, metadata={"help": "k: clusters probed per query; the candidates are their subsets' union."})
+    exact_below: int = field(default=16384, metadata={"help": "ShortlistScorer scores tables smaller than this exactly."})
+    kmeans_iterations: int = field(default=10, metadata={"help": "faiss k-means iterations of the training-free fit."})
+    max_points_per_centroid: int = field(default=64, metadata={"help": "k-means trains on at most this many vectors per cluster."})
+    seed: int = field(default=0, metadata={"help": "Seed of k-means and of the learned fit's batches."})
+
+    config_name: ClassVar[str] = "shortlist_config.json"
+
+    def __post_init__(self) -> None:
+        for name in ("subset_size", "probe", "kmeans_iterations", "max_points_per_centroid"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ShortlistConfig.{name}={value!r} must be an integer >= 1; pass e.g. {name}=8")
+        for name in ("num_clusters", "exact_below"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"ShortlistConfig.{name}={value!r} must be an integer >= 0 (0: {name} chosen for you)")
+
+    def clusters_for(self, vocab_size: int) -> int:
+        """The number of clusters to fit for a vocabulary of ``vocab_size`` (never more than the vocabulary)."""
+        wanted = self.num_clusters or max(1, round(4 * math.sqrt(vocab_size)))
+        return min(wanted, vocab_size)
+
+
+def chunked_logsumexp(queries: torch.Tensor, weight: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
+    """``log Σ_v exp(q · w_v)`` for ``(N, d)`` queries over ``(V, d)`` rows -> ``(N,)`` float32.
+
+    Never holds more than ``N x chunk`` scores; under autograd each chunk is recomputed in
+    the backward pass (activation checkpointing), so a vocabulary of millions fits.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk={chunk} must be >= 1; pass e.g. chunk=65536")
+    grad = torch.is_grad_enabled() and (queries.requires_grad or weight.requires_grad)
+    parts = []
+    for start in range(0, weight.shape[0], chunk):
+        rows = weight[start : start + chunk]
+        parts.append(checkpoint(_logsumexp, queries, rows, use_reentrant=False) if grad else _logsumexp(queries, rows))
+    return torch.logsumexp(torch.stack(parts, dim=-1), dim=-1)
+
+
+def _logsumexp(queries: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp((queries.to(rows.dtype) @ rows.T).float(), dim=-1)
+
+
+class ShortlistHead(nn.Module):
+    """Cluster vectors ``(m, d)`` and padded subsets ``(m, S)`` of vocabulary ids (``vocab_size`` pads)."""
+
+    def __init__(self, centroids: torch.Tensor, subsets: torch.Tensor, thresholds: torch.Tensor,
+                 vocab_size: int, config: ShortlistConfig) -> None:
+        super().__init__()
+        if centroids.dim() != 2 or subsets.dim() != 2 or centroids.shape[0] != subsets.shape[0]:
+            raise ValueError(
+                f"centroids {tuple(centroids.shape)} and subsets {tuple(subsets.shape)} must be (m, d) and (m, S) "
+                "with the same m; build a head with ShortlistHead.from_vectors or ShortlistHead.learned"
+            )
+        self.register_buffer("centroids", centroids.float().contiguous())
+        self.register_buffer("subsets", subsets.long().contiguous())
+        self.register_buffer("thresholds", thresholds.float().contiguous())
+        self.vocab_size = int(vocab_size)
+        self.config = config
+
+    @property
+    def num_clusters(self) -> int:
+        return self.centroids.shape[0]
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def from_vectors(cls, vectors: torch.Tensor, config: ShortlistConfig | None = None) -> "ShortlistHead":
+        """Training-free fit on ``(V, d)`` output vectors: k-means clusters, subsets = members + top-``r``."""
+        config = config or ShortlistConfig()
+        _check_matrix("vectors", vectors)
+        data = _numpy(vectors)
+        m = config.clusters_for(data.shape[0])
+        kmeans = faiss.Kmeans(data.shape[1], m, niter=config.kmeans_iterations, seed=config.seed,
+                              max_points_per_centroid=config.max_points_per_centroid, spherical=False)
+        kmeans.train(data)
+        centroids = torch.from_numpy(kmeans.centroids.copy())
+        members = torch.from_numpy(kmeans.index.search(data, 1)[1][:, 0].astype(np.int64))
+        head = cls._with_top(centroids, data, members, torch.arange(data.shape[0]), config)
+        return head.to(vectors.device)
+
+    @classmethod
+    def learned(cls, queries: torch.Tensor, targets: torch.Tensor, vocab_vectors: torch.Tensor,
+                config: ShortlistConfig | None = None, steps: int = 200, learning_rate: float = 1e-2,
+                batch_size: int = 256, chunk: int = 65536) -> "ShortlistHead":
+        """PIXAR's second stage on ``(N, d)`` queries, ``(N, L)`` target ids (``-1`` pads) and ``(V, d)`` output vectors.
+
+        Centroids start from k-means of the queries; each step hard-assigns a batch of queries
+        to their nearest centroid and lowers the cross-entropy of that centroid's softmax over
+        the vocabulary against the queries' targets. Subsets are each cluster's top-``r`` ids.
+        """
+        config = config or ShortlistConfig()
+        _check_matrix("queries", queries)
+        _check_matrix("vocab_vectors", vocab_vectors, queries.shape[1])
+        if targets.dim() != 2 or targets.shape[0] != queries.shape[0] or targets.dtype != torch.long:
+            raise ValueError(f"targets {tuple(targets.shape)} {targets.dtype} must be a (N, L) long tensor with one row "
+                             f"per query ({queries.shape[0]}); pad short rows with -1")
+        if int(targets.max()) >= vocab_vectors.shape[0] or not bool((targets >= 0).any(dim=1).all()):
+            raise ValueError(f"targets must be ids below {vocab_vectors.shape[0]} with at least one per row (-1 pads); "
+                             "drop queries without targets")
+        m = min(config.clusters_for(vocab_vectors.shape[0]), queries.shape[0])
+        kmeans = faiss.Kmeans(queries.shape[1], m, niter=config.kmeans_iterations, seed=config.seed,
+                              max_points_per_centroid=config.max_points_per_centroid)
+        kmeans.train(_numpy(queries))
+        centroids = nn.Parameter(torch.from_numpy(kmeans.centroids.copy()).to(vocab_vectors.device))
+        optimizer = torch.optim.Adam([centroids], lr=learning_rate)
+        generator = torch.Generator().manual_seed(config.seed)
+        weight = vocab_vectors.detach()
+        for _ in tqdm(range(steps), desc="shortlist clusters", disable=steps < 50):
+            rows = torch.randint(queries.shape[0], (min(batch_size, queries.shape[0]),), generator=generator)
+            x, wanted = queries[rows].to(weight.device).float(), targets[rows].to(weight.device)
+            with torch.no_grad():
+                nearest = (x @ centroids.T).argmax(dim=-1)
+            chosen = centroids[nearest]
+            valid = wanted >= 0
+            target_scores = (chosen[:, None, :].to(weight.dtype) * weight[wanted.clamp(min=0)]).sum(-1).float()
+            loss = ((chunked_logsumexp(chosen, weight, chunk)[:, None] - target_scores) * valid).sum() / valid.sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        final = centroids.detach().cpu()
+        return cls._with_top(final, _numpy(vocab_vectors), None, None, config).to(vocab_vectors.device)
+
+    @classmethod
+    def _with_top(cls, centroids: torch.Tensor, data: np.ndarray, member_clusters: torch.Tensor | None,
+                  member_ids: torch.Tensor | None, config: ShortlistConfig) -> "ShortlistHead":
+        """Subsets = (members, if given) + each centroid's ``r`` ids of largest inner product."""
+        r = min(config.subset_size, data.shape[0])
+        index = faiss.IndexFlatIP(data.shape[1])
+        index.add(data)
+        scores, top = index.search(np.ascontiguousarray(centroids.numpy(), dtype=np.float32), r)
+        m = centroids.shape[0]
+        groups = torch.arange(m).repeat_interleave(r)
+        items = torch.from_numpy(top.astype(np.int64)).flatten()
+        if member_clusters is not None:
+            groups, items = torch.cat([groups, member_clusters]), torch.cat([items, member_ids])
+        subsets = _grouped(groups, items, m, data.shape[0])
+        return cls(centroids, subsets, torch.from_numpy(scores[:, -1].copy()), data.shape[0], config)
+
+    # ------------------------------------------------------------------ a table that changes
+    @torch.no_grad()
+    def add(self, vectors: torch.Tensor) -> None:
+        """Give ids ``vocab_size ..`` to ``(n, d)`` new vectors: each joins its nearest cluster (L2, as k-means
+        assigns) and every subset whose r-th best inner product it beats. No k-means is run."""
+        _check_matrix("vectors", vectors, self.centroids.shape[1])
+        new = vectors.to(self.centroids.device).float()
+        ids = torch.arange(self.vocab_size, self.vocab_size + new.shape[0], device=new.device)
+        distances = (new * new).sum(-1, keepdim=True) - 2 * new @ self.centroids.T + (self.centroids**2).sum(-1)
+        groups = [distances.argmin(dim=-1)]
+        items = [ids]
+        above = (new @ self.centroids.T) > self.thresholds  # (n, m)
+        rows, clusters = above.nonzero(as_tuple=True)
+        groups.append(clusters)
+        items.append(ids[rows])
+        self._regroup(torch.cat(groups), torch.cat(items), self.vocab_size + new.shape[0])
+
+    @torch.no_grad()
+    def keep(self, indices: torch.Tensor | list[int]) -> None:
+        """Keep only the ids ``indices`` (in this order: id ``indices[i]`` becomes ``i``), as ``PhraseTable.keep`` does."""
+        index = torch.as_tensor(indices, dtype=torch.long, device=self.subsets.device)
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.vocab_size):
+            raise ValueError(f"indices must lie in [0, {self.vocab_size}); got {int(index.min())}..{int(index.max())}")
+        remap = torch.full((self.vocab_size + 1,), index.numel(), dtype=torch.long, device=index.device)
+        remap[index] = torch.arange(index.numel(), device=index.device)
+        self._regroup(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long), index.numel(), remap)
+
+    def _regroup(self, groups: torch.Tensor, items: torch.Tensor, vocab_size: int, remap: torch.Tensor | None = None) -> None:
+        old = self.subsets if remap is None else remap[self.subsets]
+        old_sentinel = self.vocab_size if remap is None else vocab_size
+        present = old < old_sentinel
+        rows = torch.arange(self.num_clusters, device=old.device)[:, None].expand_as(old)[present]
+        all_groups = torch.cat([rows, groups.to(old.device)])
+        all_items = torch.cat([old[present], items.to(old.device)])
+        self.subsets = _grouped(all_groups, all_items, self.num_clusters, vocab_size)
+        self.vocab_size = vocab_size
+
+    # ------------------------------------------------------------------ inference
+    @torch.no_grad()
+    def candidates(self, queries: torch.Tensor) -> torch.Tensor:
+        """``(N, d)`` queries -> ``(N, C)`` ids: the union of the ``k`` nearest clusters' subsets, per query,
+        sorted, each id once; ``vocab_size`` pads the rows to the widest union."""
+        probe = min(self.config.probe, self.num_clusters)
+        nearest = (queries.float() @ self.centroids.T).topk(probe, dim=-1).indices  # (N, k)
+        ids = self.subsets[nearest].flatten(1).sort(dim=-1).values  # (N, k * S)
+        repeated = torch.zeros_like(ids, dtype=torch.bool)
+        repeated[:, 1:] = ids[:, 1:] == ids[:, :-1]
+        ids = ids.masked_fill(repeated, self.vocab_size).sort(dim=-1).values
+        width = max(int((ids < self.vocab_size).sum(dim=-1).max()), 1) if ids.numel() else 1
+        return ids[:, :width].contiguous()
+
+    def score(self, queries: torch.Tensor, vectors: torch.Tensor, hidden: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact scores of each query's candidates: ``(N, d)`` queries (``x0``), ``(V, d)`` vectors and
+        ``(N, T, d)`` position states (default: the queries) -> ids ``(N, C)`` and scores ``(N, T, C)``
+        (``-inf`` at padding), in the states' dtype."""
+        if vectors.shape[0] != self.vocab_size:
+            raise ValueError(f"the head indexes {self.vocab_size} vectors but got {vectors.shape[0]}; refit it or "
+                             "keep it in step with add/keep")
+        ids = self.candidates(queries)
+        states = queries[:, None, :] if hidden is None else hidden
+        rows = vectors[ids.clamp(max=self.vocab_size - 1)]  # (N, C, d)
+        scores = torch.bmm(states.to(rows.dtype), rows.transpose(1, 2)).to(states.dtype)
+        return ids, scores.masked_fill((ids == self.vocab_size)[:, None, :], float("-inf"))
+
+    def dense_scores(self, queries: torch.Tensor, vectors: torch.Tensor, hidden: torch.Tensor | None = None) -> torch.Tensor:
+        """``score`` written into a ``(N, T, V)`` tensor that is ``-inf`` off the shortlist."""
+        ids, scores = self.score(queries, vectors, hidden)
+        full = scores.new_full((*scores.shape[:2], self.vocab_size + 1), float("-inf"))
+        full.scatter_(-1, ids[:, None, :].expand_as(scores), scores)
+        return full[..., : self.vocab_size]
+
+    # ------------------------------------------------------------------ saving
+    def save(self, directory: str | Path) -> Path:
+        """Write the head (safetensors, hashed) and its config into ``directory``, atomically."""
+        tensors = {"centroids": self.centroids, "subsets": self.subsets, "thresholds": self.thresholds}
+        metadata = {"vocab_size": self.vocab_size, "config": self.config.to_dict()}
+        return write_tensor_folder(directory, FORMAT, {WEIGHTS: tensors}, metadata)
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "ShortlistHead":
+        """A head written by ``save``; hashes and shapes are checked."""
+        manifest, files = read_tensor_folder(directory, FORMAT)
+        tensors = files[WEIGHTS]
+        head = cls(tensors["centroids"], tensors["subsets"], tensors["thresholds"], manifest["vocab_size"],
+                   ShortlistConfig.from_dict(manifest["config"]))
+        if int(head.subsets.max()) > head.vocab_size or int(head.subsets.min()) < 0:
+            raise ValueError(f"{directory}: subsets hold ids outside [0, {head.vocab_size}]; save the head again")
+        return head.to(device)
+
+
+def _grouped(groups: torch.Tensor, items: torch.Tensor, num_groups: int, sentinel: int) -> torch.Tensor:
+    """Distinct ``(group, item)`` pairs as a ``(num_groups, S)`` table of sorted items padded with ``sentinel``."""
+    key = torch.unique(groups * (sentinel + 1) + items)
+    group, item = key // (sentinel + 1), key % (sentinel + 1)
+    counts = torch.bincount(group, minlength=num_groups)
+    starts = torch.cumsum(counts, 0) - counts
+    table = torch.full((num_groups, max(int(counts.max()) if counts.numel() else 0, 1)), sentinel,
+                       dtype=torch.long, device=items.device)
+    table[group, torch.arange(key.numel(), device=key.device) - starts[group]] = item
+    return table
+
+
+def _check_matrix(name: str, value: torch.Tensor, dim: int | None = None) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape (n, d), got {type(value).__name__}")
+    if value.dim() != 2 or value.shape[0] == 0 or (dim is not None and value.shape[1] != dim):
+        want = f"(n, {dim})" if dim is not None else "(n, d) with n >= 1"
+        raise ValueError(f"{name} has shape {tuple(value.shape)}; it must be {want}")
+    if not value.is_floating_point():
+        raise TypeError(f"{name} has dtype {value.dtype}; pass floating-point vectors")
+
+
+def _numpy(vectors: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(vectors.detach().float().cpu().numpy(), dtype=np.float32)

@@ -1,0 +1,84 @@
+"""``ShortlistScorer``: the shortlist head as ``DynamicVocabLM.scorer``, kept in step with a changing phrase table.
+
+    model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(probe=8))
+
+Each position's hidden state is its own query ``x0``. A table smaller than
+``config.exact_below`` is scored exactly (``DotProductScorer``); a larger one fits the
+training-free head on first use, and later ``add_phrases``/``remove_phrases``/``set_phrases``
+move phrases in and out of its clusters without a new k-means.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+from .phrase_table import PhraseTable
+from .scoring import DotProductScorer
+from .shortlist import ShortlistConfig, ShortlistHead
+
+__all__ = ["ShortlistScorer"]
+
+logger = logging.getLogger(__name__)
+
+#: query rows scored together: bounds the gathered candidate vectors to rows x C x d
+ROWS_PER_CHUNK = 16
+
+
+class ShortlistScorer(nn.Module):
+    """Scores ``h · e_out(p)`` for the phrases on each position's shortlist, ``-inf`` for the rest."""
+
+    def __init__(self, table: PhraseTable, config: ShortlistConfig | None = None, head: ShortlistHead | None = None) -> None:
+        super().__init__()
+        if not isinstance(table, PhraseTable):
+            raise TypeError(f"table must be the model's PhraseTable (model.phrase_table), got {type(table).__name__}")
+        if config is not None and not isinstance(config, ShortlistConfig):
+            raise TypeError(f"config must be a ShortlistConfig, got {type(config).__name__}")
+        self.table = table
+        self.config = config or (head.config if head is not None else ShortlistConfig())
+        self.head = head
+        self.exact = DotProductScorer()
+        table.listeners.add(self)
+
+    # the phrase table's listener interface
+    def phrases_kept(self, indices) -> None:
+        if self.head is not None:
+            self.head.keep([i for i in indices if i < self.head.vocab_size])
+
+    def vectors_forgotten(self) -> None:
+        self.head = None
+
+    @torch.no_grad()
+    def fit(self, vectors: torch.Tensor) -> ShortlistHead:
+        """Fit the training-free head on the table's ``(P, d)`` output vectors now (``forward`` does it on first use)."""
+        logger.info("fitting the shortlist head on %d phrase vectors", vectors.shape[0])
+        self.head = ShortlistHead.from_vectors(vectors, self.config)
+        return self.head
+
+    def _synced_head(self, vectors: torch.Tensor) -> ShortlistHead:
+        if self.head is None:
+            return self.fit(vectors)
+        if self.head.vocab_size < vectors.shape[0]:
+            self.head.add(vectors[self.head.vocab_size :])
+        return self.head
+
+    def forward(
+        self, hidden: torch.Tensor, phrase_vectors: torch.Tensor, phrase_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``(B, T, d)`` hidden states, ``(P, d)`` vectors, optional ``(B, P)`` bool mask -> ``(B, T, P)``.
+
+        Vectors that are not the table's (training passes each batch's own) are scored exactly.
+        """
+        if phrase_vectors.shape[0] < self.config.exact_below or phrase_vectors.shape[0] != len(self.table):
+            return self.exact(hidden, phrase_vectors, phrase_mask)
+        head = self._synced_head(phrase_vectors)
+        batch, steps, dim = hidden.shape
+        queries = hidden.reshape(batch * steps, dim)
+        scores = torch.cat([
+            head.dense_scores(rows, phrase_vectors)[:, 0] for rows in queries.split(ROWS_PER_CHUNK)
+        ]).view(batch, steps, -1)
+        if phrase_mask is not None:
+            scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
+        return scores

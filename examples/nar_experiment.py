@@ -1,0 +1,260 @@
+"""The NAR retrieval report in one run: phrase vocabulary against BPE and Unigram, full softmax against the
+learned and the training-free (centroid) shortlist, the MiniLM + FAISS dense retriever as the reference,
+latency at batch 1 and batched, a 1e6-id head (random rows past the trained ones) for the timing, and the
+batched beam search against its per-query Python loop.
+
+Documents: the 10,033 Wikipedia leads; docids: their titles (see retrieval.nar_data). Test queries: one
+held-out sentence per lead (a seeded sample) and the 558 FanOutQA dev sub-questions whose evidence is a lead.
+
+    python examples/nar_experiment.py --output results/nar          # the full run (about an hour on 2 cores)
+    python examples/nar_experiment.py --tiny --output /tmp/nar      # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from dynvocab.assets import wikipedia_leads
+from dynvocab.shortlist import ShortlistConfig, ShortlistHead
+from evals.ranking import hits_at_k, ranking_metrics
+from retrieval.docid_trie import DocidTrie, beam_search, beam_search_reference
+from retrieval.nar_data import fanoutqa_queries, split_queries
+from retrieval.nar_model import NarConfig, NarRetriever
+from retrieval.nar_pipeline import docid_tokenizer, rank_documents, train_retriever
+from retrieval.nar_training import NarTrainConfig, cached_features, docid_targets, fit_learned_head
+
+
+def metrics(rankings: list[list[int]], gold: list[int]) -> dict[str, float]:
+    row = ranking_metrics(rankings, gold, (5, 20, 100))
+    row.update({f"hits@{k}": hits_at_k(rankings, gold, k) for k in (1, 10)})
+    return {k: round(v, 4) for k, v in row.items()}
+
+
+def per_query_ms(model: NarRetriever, queries: list[str], trie: DocidTrie, head, batch: int, beam: int) -> dict:
+    """Median wall milliseconds per query (encode + head + beam search) at this batch size, and the split."""
+    model.search(queries[:batch], trie, head, beam)  # warm-up
+    totals, encode, search, candidates = [], [], [], []
+    for start in range(0, len(queries) - batch + 1, batch):
+        began = time.perf_counter()
+        _, stats = model.search(queries[start : start + batch], trie, head, beam)
+        totals.append((time.perf_counter() - began) * 1e3 / batch)
+        encode.append(stats.encode_s * 1e3 / batch)
+        search.append(stats.search_s * 1e3 / batch)
+        candidates.append(stats.candidates)
+    return {"ms": statistics.median(totals), "encode_ms": statistics.median(encode),
+            "head_and_search_ms": statistics.median(search), "candidates": statistics.mean(candidates)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default="results/nar")
+    parser.add_argument("--runs", default="runs/nar-experiment", help="trained models are kept (and resumed) here")
+    parser.add_argument("--encoder", default="minilm")
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--kinds", default="phrase,bpe,unigram")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--train-layers", type=int, default=2, help="top MiniLM layers trained (-1: all)")
+    parser.add_argument("--max-query-length", type=int, default=32)
+    parser.add_argument("--variant", default="projected", choices=["pixar", "projected"],
+                        help="pixar: [CLS] x0 and encoder positions, top --train-layers trained; projected: mean-pooled x0 "
+                             "of the frozen encoder, positions projected from it (features cached, so it trains on 2 cores)")
+    parser.add_argument("--output-learning-rate", type=float, default=1e-3)
+    parser.add_argument("--test-sentences", type=int, default=1000)
+    parser.add_argument("--train-queries", type=int, default=0, help="train on a seeded sample of this many pairs (0: all)")
+    parser.add_argument("--beam", type=int, default=100)
+    parser.add_argument("--clusters", type=int, default=256)
+    parser.add_argument("--subset-size", type=int, default=64)
+    parser.add_argument("--probe", type=int, default=8)
+    parser.add_argument("--cluster-queries", type=int, default=8000, help="training queries for the learned clusters")
+    parser.add_argument("--big-vocab", type=int, default=1_000_000, help="output rows of the timing head (0: skip)")
+    parser.add_argument("--latency-queries", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--report-only", action="store_true", help="rewrite report.md from the output's results.json")
+    args = parser.parse_args(argv)
+    if args.report_only:
+        report = json.loads((Path(args.output) / "results.json").read_text(encoding="utf-8"))
+        (Path(args.output) / "report.md").write_text(markdown(report), encoding="utf-8")
+        return report
+    if args.tiny:
+        args.steps, args.test_sentences, args.beam, args.big_vocab, args.latency_queries = 2, 16, 10, 20000, 4
+        args.cluster_queries, args.clusters = 64, 16
+    torch.set_num_threads(args.threads)
+    output, runs = Path(args.output), Path(args.runs)
+    output.mkdir(parents=True, exist_ok=True)
+    leads = wikipedia_leads()
+    titles = [d["title"] for d in leads]
+    split = split_queries(leads, seed=args.seed)
+    if args.tiny:
+        args.train_queries = 64
+    if args.train_queries:
+        kept = sorted(random.Random(args.seed).sample(range(len(split.train_queries)), min(args.train_queries, len(split.train_queries))))
+        split.train_queries = [split.train_queries[i] for i in kept]
+        split.train_documents = [split.train_documents[i] for i in kept]
+    sample = random.Random(args.seed).sample(range(len(split.test_queries)), min(args.test_sentences, len(split.test_queries)))
+    tests = {
+        "held-out sentences": ([split.test_queries[i] for i in sample], [split.test_documents[i] for i in sample]),
+        "FanOutQA sub-questions": fanoutqa_queries(leads),
+    }
+    if args.tiny:
+        tests["FanOutQA sub-questions"] = tuple(x[:16] for x in tests["FanOutQA sub-questions"])
+    report = {"command": "python examples/nar_experiment.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "settings": vars(args), "versions": {"torch": torch.__version__, "python": platform.python_version()},
+              "train_pairs": len(split.train_queries), "tests": {k: len(v[0]) for k, v in tests.items()}, "systems": {}}
+    document_of_docid = torch.arange(len(titles))
+    options = {"x0_pooling": "cls", "position_states": "encoder"}
+    features = None
+    if args.variant == "projected":
+        options = {"x0_pooling": "mean", "position_states": "projected"}
+        args.train_layers = 0
+        probe = NarRetriever.from_encoder(NarConfig(encoder=args.encoder, vocab_size=4, max_query_length=args.max_query_length,
+                                                    **options))
+        began = time.perf_counter()
+        features = cached_features(probe, split.train_queries)
+        report["features_s"] = round(time.perf_counter() - began, 1)
+    shortlist = ShortlistConfig(num_clusters=args.clusters, subset_size=args.subset_size, probe=args.probe, seed=args.seed)
+    models, tries = {}, {}
+    for kind in args.kinds.split(","):
+        began = time.perf_counter()
+        tokenizer = docid_tokenizer(kind, titles, args.vocab_size)
+        lengths = [len(i) for i in tokenizer.encode_batch(titles)]
+        report[f"vocab_{kind}"] = {"size": tokenizer.vocab_size, "build_s": round(time.perf_counter() - began, 1),
+                                   "mean_tokens_per_docid": round(sum(lengths) / len(lengths), 3), "max_tokens": max(lengths)}
+        train = NarTrainConfig(output_dir=str(runs / kind), batch_size=args.batch_size, max_steps=args.steps,
+                               save_every=max(args.steps // 4, 1), seed=args.seed, train_layers=args.train_layers,
+                               output_learning_rate=args.output_learning_rate)
+        began = time.perf_counter()
+        model = train_retriever(tokenizer, titles, split.train_queries, split.train_documents, train, args.encoder,
+                                max_query_length=args.max_query_length, features=features, **options)
+        report[f"train_{kind}_s"] = round(time.perf_counter() - began, 1)
+        models[kind], tries[kind] = model.eval(), DocidTrie.build(tokenizer.encode_batch(titles), tokenizer.end_id)
+        heads = {"full": None}
+        if kind == "phrase":
+            began = time.perf_counter()
+            picked = random.Random(args.seed).sample(range(len(split.train_queries)), min(args.cluster_queries, len(split.train_queries)))
+            targets, _ = docid_targets([titles[split.train_documents[i]] for i in picked], tokenizer, model.config.positions)
+            heads["learned shortlist"] = fit_learned_head(model, [split.train_queries[i] for i in picked], targets,
+                                                          tokenizer.end_id, shortlist,
+                                                          features=None if features is None else features[picked])
+            report["learned_fit_s"] = round(time.perf_counter() - began, 1)
+            heads["centroid shortlist"] = ShortlistHead.from_vectors(model.output.detach(), shortlist)
+        for name, head in heads.items():
+            system = f"{kind} / {name}"
+            report["systems"][system] = {}
+            for test, (queries, gold) in tests.items():
+                rankings, totals = rank_documents(model, queries, tries[kind], document_of_docid, head, args.beam)
+                report["systems"][system][test] = metrics(rankings, gold) | {"candidates": round(totals["candidates"], 1)}
+            print(system, json.dumps(report["systems"][system]), flush=True)
+            _save(output, report)
+    dense_reference(report, leads, tests)
+    _save(output, report)
+    timing(report, models["phrase"], tries["phrase"], tests, args, shortlist)
+    _save(output, report)
+    return report
+
+
+def dense_reference(report: dict, leads: list[dict], tests: dict) -> None:
+    """MiniLM + FAISS (flat inner product) over the leads, the same test queries."""
+    from retrieval import DocumentIndex
+    from retrieval.loading import document_encoder
+
+    began = time.perf_counter()
+    index = DocumentIndex.build(leads, document_encoder(), index_type="flat", show_progress_bar=True)
+    report["dense_index_s"] = round(time.perf_counter() - began, 1)
+    position = {d["id"]: n for n, d in enumerate(leads)}
+    report["systems"]["MiniLM + FAISS (dense)"] = {}
+    for test, (queries, gold) in tests.items():
+        found = index.search_documents(queries, k=100)
+        rankings = [[position[hit["id"]] for hit in hits] for hits in found]
+        report["systems"]["MiniLM + FAISS (dense)"][test] = metrics(rankings, gold)
+    print("dense", json.dumps(report["systems"]["MiniLM + FAISS (dense)"]), flush=True)
+
+
+def timing(report: dict, model: NarRetriever, trie: DocidTrie, tests: dict, args, shortlist: ShortlistConfig) -> None:
+    """Latency of the trained head and of a ``big_vocab``-row head; beam search against its Python loop."""
+    queries = tests["held-out sentences"][0][: args.latency_queries]
+    heads = {"full": None, "shortlist": ShortlistHead.from_vectors(model.output.detach(), shortlist)}
+    report["latency"] = {f"V={model.config.vocab_size} {name} batch {batch}": per_query_ms(model, queries, trie, head, batch, 10)
+                         for name, head in heads.items() for batch in (1, 16)}
+    if args.big_vocab:
+        trained = model.output.data
+        extra = torch.randn(args.big_vocab - trained.shape[0], trained.shape[1], generator=torch.Generator().manual_seed(0))
+        model.output.data = torch.cat([trained, extra * trained.std()])
+        began = time.perf_counter()
+        config = ShortlistConfig(num_clusters=1024, subset_size=256, probe=args.probe, kmeans_iterations=5,
+                                 max_points_per_centroid=32, seed=args.seed)
+        big = ShortlistHead.from_vectors(model.output.detach(), config)
+        report["big_head"] = {"rows": args.big_vocab, "clusters": big.num_clusters, "fit_s": round(time.perf_counter() - began, 1),
+                              "rows_are": "the trained rows plus random rows (same scale) up to the size"}
+        for name, head in (("full", None), ("shortlist", big)):
+            for batch in (1, 16):
+                report["latency"][f"V={args.big_vocab} {name} batch {batch}"] = per_query_ms(model, queries, trie, head, batch, 10)
+        model.output.data = trained
+    for key, row in report["latency"].items():
+        print(f"latency {key}: {json.dumps(row)}", flush=True)
+    x0, positions = model(**model.tokenize(queries))
+    ids, scores = heads["shortlist"].score(x0, model.output, positions)
+    began = time.perf_counter()
+    fast = beam_search(trie, ids, scores, 10)
+    fast_s = time.perf_counter() - began
+    began = time.perf_counter()
+    slow = beam_search_reference(trie, ids, scores, 10)
+    slow_s = time.perf_counter() - began
+    report["beam_search"] = {"queries": len(queries), "beam": 10, "batched_ms": round(fast_s * 1e3, 2),
+                             "python_loop_ms": round(slow_s * 1e3, 2), "speedup": round(slow_s / fast_s, 2),
+                             "identical": bool(torch.equal(fast.docids, slow.docids) and torch.equal(fast.scores, slow.scores))}
+    print("beam search", json.dumps(report["beam_search"]), flush=True)
+
+
+def _save(output: Path, report: dict) -> None:
+    (output / "results.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (output / "report.md").write_text(markdown(report), encoding="utf-8")
+
+
+def markdown(report: dict) -> str:
+    """The report's tables from its results."""
+    lines = ["# NAR generative retrieval on the Wikipedia leads", "", f"Command: `{report['command']}`", "",
+             f"Versions: {report['versions']}. Training pairs: {report['train_pairs']}; test queries: {report['tests']}.", ""]
+    for test in report["tests"]:
+        lines += [f"## {test}", "", "| system | MRR@10 | R@5 | R@20 | R@100 | Hits@1 | Hits@10 | candidates |", "|---|---|---|---|---|---|---|---|"]
+        for system, rows in report["systems"].items():
+            r = rows.get(test)
+            if r:
+                lines.append(f"| {system} | {r['mrr@10']:.4f} | {r['recall@5']:.4f} | {r['recall@20']:.4f} | {r['recall@100']:.4f} | "
+                             f"{r['hits@1']:.4f} | {r['hits@10']:.4f} | {r.get('candidates', '')} |")
+        lines.append("")
+    vocabs = [k for k in report if k.startswith("vocab_")]
+    if vocabs:
+        lines += ["## Docid vocabularies (same size)", "", "| vocabulary | size | tokens per docid | longest | build s | train s |",
+                  "|---|---|---|---|---|---|"]
+        for key in vocabs:
+            v, kind = report[key], key.removeprefix("vocab_")
+            lines.append(f"| {kind} | {v['size']} | {v['mean_tokens_per_docid']} | {v['max_tokens']} | {v['build_s']} | "
+                         f"{report.get(f'train_{kind}_s', '')} |")
+        lines.append("")
+    if "latency" in report:
+        lines += ["## Latency per query (median; encode + head + trie beam search, beam 10)", "",
+                  "| setting | ms per query | encode ms | head + search ms | candidates |", "|---|---|---|---|---|"]
+        for key, r in report["latency"].items():
+            lines.append(f"| {key} | {r['ms']:.2f} | {r['encode_ms']:.2f} | {r['head_and_search_ms']:.2f} | {r['candidates']:.0f} |")
+        lines.append("")
+    if "big_head" in report:
+        lines += [f"Timing head: {report['big_head']}", ""]
+    if "beam_search" in report:
+        lines += [f"Beam search, batched against the per-query Python loop: {report['beam_search']}", ""]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""The shortlist head against exhaustive scoring on synthetic vectors with known answers."""
+
+import pytest
+import torch
+
+from dynvocab.shortlist import ShortlistConfig, ShortlistHead, chunked_logsumexp
+
+
+def clustered(num_groups: int = 8, per_group: int = 30, dim: int = 16, seed: int = 0):
+    """Vectors in well-separated groups: ``(num_groups * per_group, dim)`` and the group centres."""
+    generator = torch.Generator().manual_seed(seed)
+    centres = torch.randn(num_groups, dim, generator=generator) * 4
+    vectors = centres.repeat_interleave(per_group, 0) + 0.3 * torch.randn(num_groups * per_group, dim, generator=generator)
+    return vectors, centres
+
+
+def brute_candidates(head: ShortlistHead, query: torch.Tensor) -> set[int]:
+    """The union of the probed clusters' subsets, one query at a time (the reference)."""
+    nearest = (head.centroids @ query).topk(min(head.config.probe, head.num_clusters)).indices.tolist()
+    return {i for j in nearest for i in head.subsets[j].tolist() if i < head.vocab_size}
+
+
+def test_probing_every_cluster_is_exact():
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=8, probe=8, subset_size=4))
+    queries = torch.randn(5, 16)
+    assert torch.allclose(head.dense_scores(queries, vectors)[:, 0], queries @ vectors.T, atol=1e-5)
+
+
+def test_candidates_are_the_per_query_union_once_each():
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=12, probe=3, subset_size=10))
+    queries = torch.randn(7, 16)
+    ids = head.candidates(queries)
+    for row, query in enumerate(queries):
+        found = [i for i in ids[row].tolist() if i < head.vocab_size]
+        assert len(found) == len(set(found))
+        assert set(found) == brute_candidates(head, query)
+        alone = head.candidates(query[None])[0]
+        assert set(alone.tolist()) - {head.vocab_size} == set(found)  # a query's shortlist ignores its batch mates
+
+
+def test_scores_are_exact_on_the_shortlist_and_minus_inf_off_it():
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=12, probe=2, subset_size=5))
+    queries = torch.randn(4, 16)
+    dense = head.dense_scores(queries, vectors)[:, 0]
+    exact = queries @ vectors.T
+    for row, query in enumerate(queries):
+        on = torch.zeros(len(vectors), dtype=torch.bool)
+        on[list(brute_candidates(head, query))] = True
+        assert torch.allclose(dense[row][on], exact[row][on], atol=1e-5)
+        assert torch.isinf(dense[row][~on]).all()
+
+
+def test_position_states_are_scored_against_the_query_shortlist():
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=8, probe=2, subset_size=4))
+    queries, states = torch.randn(3, 16), torch.randn(3, 5, 16)
+    ids, scores = head.score(queries, vectors, states)
+    real = ids < head.vocab_size
+    expected = torch.einsum("ntd,ncd->ntc", states, vectors[ids.clamp(max=len(vectors) - 1)])
+    assert torch.allclose(scores[real[:, None, :].expand_as(scores)], expected[real[:, None, :].expand_as(scores)], atol=1e-5)
+
+
+def test_a_query_near_a_group_finds_its_exact_top_10():
+    vectors, centres = clustered(num_groups=16, per_group=40)
+    vectors = torch.nn.functional.normalize(vectors, dim=-1)  # unit norms: inner product ranks as distance does
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=16, probe=2, subset_size=40))
+    queries = centres + 0.1 * torch.randn_like(centres)
+    ids, scores = head.score(queries, vectors)
+    top = ids.gather(1, scores[:, 0].topk(10).indices)
+    exact = (queries @ vectors.T).topk(10).indices
+    assert all(set(a.tolist()) == set(b.tolist()) for a, b in zip(top, exact))
+
+
+def test_added_vectors_join_their_cluster_and_stay_exact_under_full_probing():
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors[:200], ShortlistConfig(num_clusters=6, probe=6, subset_size=5))
+    head.add(vectors[200:])
+    assert head.vocab_size == len(vectors)
+    queries = torch.randn(4, 16)
+    assert torch.allclose(head.dense_scores(queries, vectors)[:, 0], queries @ vectors.T, atol=1e-5)
+    nearest = torch.cdist(vectors[200:], head.centroids).argmin(-1)
+    for offset, cluster in enumerate(nearest.tolist()):
+        assert 200 + offset in head.subsets[cluster].tolist()
+
+
+def test_keep_renumbers_like_the_phrase_table():
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=10, probe=3, subset_size=6))
+    queries = torch.randn(3, 16)
+    before = head.candidates(queries)
+    kept = list(range(0, len(vectors), 2))
+    head.keep(kept)
+    after = head.candidates(queries)
+    new_of_old = {old: new for new, old in enumerate(kept)}
+    for row in range(3):
+        expected = {new_of_old[i] for i in before[row].tolist() if i in new_of_old}
+        assert set(after[row].tolist()) - {head.vocab_size} == expected
+    assert head.vocab_size == len(kept)
+
+
+def test_learned_clusters_shortlist_each_query_targets():
+    generator = torch.Generator().manual_seed(0)
+    vocab = torch.randn(300, 64, generator=generator)
+    group = torch.arange(240) % 6
+    targets = torch.stack([torch.arange(4) * 50 + g for g in group.tolist()])  # group g wants ids g, 50+g, 100+g, 150+g
+    queries = vocab[targets].sum(1) + 0.5 * torch.randn(240, 64, generator=generator)  # as a trained x0 points at them
+    config = ShortlistConfig(num_clusters=6, probe=1, subset_size=8, seed=0)
+
+    def found(steps: int) -> float:
+        head = ShortlistHead.learned(queries, targets, vocab, config, steps=steps, learning_rate=0.1, batch_size=64)
+        ids = head.candidates(queries)
+        return sum(len(set(t.tolist()) & set(i.tolist())) for t, i in zip(targets, ids)) / targets.numel()
+
+    untrained, trained = found(0), found(150)
+    assert trained == 1.0 and untrained < 1.0  # k-means of the queries merges two groups; training covers both
+
+
+def test_chunked_logsumexp_matches_the_full_one_with_gradients():
+    queries = torch.randn(5, 8, requires_grad=True)
+    weight = torch.randn(37, 8, requires_grad=True)
+    full = torch.logsumexp(queries @ weight.T, -1)
+    chunked = chunked_logsumexp(queries, weight, chunk=10)
+    assert torch.allclose(full, chunked, atol=1e-5)
+    grads = torch.autograd.grad(full.sum(), (queries, weight))
+    chunked_grads = torch.autograd.grad(chunked_logsumexp(queries, weight, chunk=10).sum(), (queries, weight))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads, chunked_grads))
+
+
+def test_save_and_load_round_trip_and_a_corrupted_file_is_named(tmp_path):
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=5, probe=2, subset_size=3))
+    head.save(tmp_path / "head")
+    again = ShortlistHead.load(tmp_path / "head")
+    for name in ("centroids", "subsets", "thresholds"):
+        assert torch.equal(getattr(head, name), getattr(again, name))
+    assert again.config == head.config and again.vocab_size == head.vocab_size
+    weights = tmp_path / "head" / "shortlist.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(ValueError, match="shortlist.safetensors is corrupted"):
+        ShortlistHead.load(tmp_path / "head")

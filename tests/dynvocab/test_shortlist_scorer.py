@@ -1,0 +1,88 @@
+"""``ShortlistScorer`` inside ``DynamicVocabLM``: exact when it probes everything, in step with a changing table."""
+
+import pytest
+import torch
+
+from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
+
+WORDS = "river mountain city harbour castle valley forest island bridge tower market garden".split()
+PHRASES = [f" the {a} {b}" for a in WORDS for b in WORDS if a != b][:90]
+
+
+@pytest.fixture
+def model(llama, tokenizer):
+    return DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+
+
+def full_probe(table) -> ShortlistScorer:
+    """A shortlist that probes every cluster: its scores must equal exhaustive scoring."""
+    return ShortlistScorer(table, ShortlistConfig(num_clusters=6, probe=6, subset_size=4, exact_below=1))
+
+
+def test_probing_every_cluster_gives_the_exact_logits_and_generations(model, tokenizer):
+    model.set_phrases(PHRASES)
+    prompt = tokenizer(["The castle by the river", "A market in"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        exact = model(**prompt).logits
+        greedy = model.generate(**prompt, max_new_tokens=6, do_sample=False)
+        beams = model.generate(**prompt, max_new_tokens=5, num_beams=3, do_sample=False)
+    model.scorer = full_probe(model.phrase_table)
+    with torch.no_grad():
+        assert torch.allclose(model(**prompt).logits, exact, atol=1e-5)
+        assert torch.equal(model.generate(**prompt, max_new_tokens=6, do_sample=False), greedy)
+        assert torch.equal(model.generate(**prompt, max_new_tokens=5, num_beams=3, do_sample=False), beams)
+        sampled = model.generate(**prompt, max_new_tokens=4, do_sample=True, top_p=0.9)
+    assert sampled.shape[0] == 2 and model.scorer.head.vocab_size == len(model.phrase_table)
+
+
+def test_a_partial_shortlist_scores_exactly_on_it_and_minus_inf_off_it(model, tokenizer):
+    model.set_phrases(PHRASES)
+    ids = tokenizer(["The castle by the river"], return_tensors="pt").input_ids
+    with torch.no_grad():
+        exact = model(ids).logits[..., model.vocab_size :]
+        model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(num_clusters=8, probe=2, subset_size=5, exact_below=1))
+        short = model(ids).logits[..., model.vocab_size :]
+    on = torch.isfinite(short)
+    assert 0 < int(on[0, -1].sum()) < len(PHRASES)
+    assert torch.allclose(short[on], exact[on], atol=1e-5)
+
+
+def test_small_tables_stay_exact(model, tokenizer):
+    model.set_phrases(PHRASES[:10])
+    ids = tokenizer(["The castle by the river"], return_tensors="pt").input_ids
+    with torch.no_grad():
+        exact = model(ids).logits
+        model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(exact_below=50))
+        assert torch.equal(model(ids).logits, exact)
+    assert model.scorer.head is None
+
+
+def test_add_remove_and_per_row_sets_keep_the_head_in_step(model, tokenizer):
+    model.scorer = full_probe(model.phrase_table)
+    model.set_phrases(PHRASES[:60])
+    prompt = tokenizer(["The castle by the river", "A market in"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        model(**prompt)
+        model.add_phrases(PHRASES[60:])
+        grown = model(**prompt).logits
+        assert model.scorer.head.vocab_size == len(model.phrase_table) == len(PHRASES)
+        model.remove_phrases(PHRASES[:20])
+        shrunk = model(**prompt).logits
+        assert model.scorer.head.vocab_size == len(model.phrase_table)
+        model.set_phrases([PHRASES[:40], PHRASES[30:70]])
+        rows = model(**prompt).logits[:, -1, model.vocab_size :]
+    assert grown.shape[-1] == model.vocab_size + len(PHRASES)
+    assert shrunk.shape[-1] == model.vocab_size + len(PHRASES) - 20
+    for row, wanted in enumerate((PHRASES[:40], PHRASES[30:70])):
+        allowed = {model.phrase_table.id_of(p) - model.vocab_size for p in wanted}
+        assert set(torch.isfinite(rows[row]).nonzero().flatten().tolist()) <= allowed
+
+
+def test_cached_decoding_matches_uncached(model, tokenizer):
+    model.set_phrases(PHRASES)
+    model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(num_clusters=8, probe=3, subset_size=5, exact_below=1))
+    prompt = tokenizer(["The castle by the river"], return_tensors="pt")
+    with torch.no_grad():
+        cached = model.generate(**prompt, max_new_tokens=6, do_sample=False)
+        uncached = model.generate(**prompt, max_new_tokens=6, do_sample=False, use_cache=False)
+    assert torch.equal(cached, uncached)
