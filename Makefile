@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
-.PHONY: install assets demo test test-slow bench clean
+.PHONY: install assets demo test test-slow bench mutation clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ test-slow: assets
 bench: assets
 	$(OFFLINE) $(BIN)/python examples/benchmark_core.py
 	$(OFFLINE) $(BIN)/python examples/benchmark_retrieval.py --full
+
+# mutation testing of the core (mutmut 3, settings in pyproject.toml); minutes to hours, so not part of `make test`
+mutation: assets
+	rm -rf mutants
+	DYNVOCAB_ASSETS=$(CURDIR)/.cache/assets $(OFFLINE) $(BIN)/mutmut run --max-children 2
+	$(BIN)/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

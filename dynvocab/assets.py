@@ -165,8 +165,24 @@ MODEL_ALIASES = {"smollm2": smollm2_dir, "minilm": minilm_dir}
 
 
 def resolve_model(name_or_path: str) -> str:
-    """An offline alias (``smollm2``, ``minilm``) -> its local folder; anything else is returned as is."""
-    return str(MODEL_ALIASES[name_or_path]()) if name_or_path in MODEL_ALIASES else name_or_path
+    """An offline alias (``smollm2``, ``minilm``) -> its local folder; a Hub name or an existing path as is.
+
+    A string that can only be a local path (it starts with ``/``, ``.`` or ``~``, or has more
+    than one ``/``) and does not exist raises ``FileNotFoundError`` here, instead of the Hub's
+    "Repo id must be in the form ..." further down.
+    """
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(f"a model is named by a Hub name or a path, got {type(name_or_path).__name__} {name_or_path!r}")
+    name_or_path = os.fspath(name_or_path)
+    if name_or_path in MODEL_ALIASES:
+        return str(MODEL_ALIASES[name_or_path]())
+    local = name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1 or "\\" in name_or_path
+    if local and not Path(name_or_path).expanduser().exists():
+        raise FileNotFoundError(
+            f"model path {name_or_path!r} does not exist; pass an existing folder, a Hub name such as "
+            f"'HuggingFaceTB/SmolLM2-135M', or an offline alias: {sorted(MODEL_ALIASES)}"
+        )
+    return str(Path(name_or_path).expanduser()) if local else name_or_path
 
 
 if __name__ == "__main__":

@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "JsonConfig"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "JsonConfig", "check_field_types"]
 
 logger = logging.getLogger(__name__)
 
@@ -17,9 +21,10 @@ CONFIG_NAME = "dynvocab_config.json"
 
 
 class JsonConfig:
-    """What every ``@dataclass`` config of the library shares: a dict, and one JSON file named ``config_name``.
+    """What every ``@dataclass`` config of the library shares: a dict, one JSON file named ``config_name``, typed fields.
 
     Keys saved by a newer version that this one does not know are warned about and dropped.
+    A subclass calls :func:`check_field_types` first in its ``__post_init__``.
     """
 
     config_name: ClassVar[str] = "config.json"
@@ -36,14 +41,28 @@ class JsonConfig:
         return cls(**{k: v for k, v in values.items() if k in known})
 
     def save(self, directory: str | Path) -> None:
-        (Path(directory) / self.config_name).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        """Write ``config_name`` in ``directory`` through a temporary file: a crash never leaves half a config."""
+        path = Path(directory) / self.config_name
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        os.replace(partial, path)
 
     @classmethod
     def load(cls, directory: str | Path):
+        """The config saved in ``directory``; a file that is not a JSON object of typed fields raises ``ValueError`` naming it."""
         path = Path(directory) / cls.config_name
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: is {directory} a directory written by {cls.__name__}.save?")
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path} is not valid JSON ({error}); restore it or save the config again") from error
+        if not isinstance(values, dict):
+            raise ValueError(f"{path} holds a {type(values).__name__}, not a JSON object of settings; save the config again")
+        try:
+            return cls.from_dict(values)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path}: {error}") from error
 
 
 @dataclass
@@ -55,7 +74,7 @@ class DynamicVocabConfig(JsonConfig):
     """
 
     encoder_layers: int = field(default=1, metadata={"help": "Decoder layers of the LM copied into the phrase encoder."})
-    encoder_model: str | None = field(
+    encoder_model: str | PreTrainedModel | None = field(
         default=None, metadata={"help": "Build the encoder from this causal LM (same tokenizer) instead of the wrapped one."}
     )
     head_hidden_size: int | None = field(
@@ -86,6 +105,7 @@ class DynamicVocabConfig(JsonConfig):
     config_name: ClassVar[str] = CONFIG_NAME
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.encoder_layers < 1:
             raise ValueError(f"encoder_layers must be >= 1, got {self.encoder_layers}")
         if not 2 <= self.max_phrase_tokens <= 64:
@@ -103,3 +123,45 @@ class DynamicVocabConfig(JsonConfig):
             raise ValueError(f"phrase_score_scale must be > 0, got {self.phrase_score_scale}")
         if self.encode_batch_size < 1:
             raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
+
+
+def check_field_types(config) -> None:
+    """Raise ``TypeError`` naming a dataclass field whose value is not of its annotated type (int, float, str, bool, or None)."""
+    for spec in dataclasses.fields(config):
+        value, allowed = getattr(config, spec.name), _annotated_types(_declared_annotation(type(config), spec))
+        if allowed is None:
+            continue
+        if value is None:
+            ok = type(None) in allowed
+        elif isinstance(value, bool):
+            ok = bool in allowed
+        else:
+            ok = isinstance(value, tuple(t for t in allowed if t not in (type(None), bool)))
+        if not ok:
+            names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+            raise TypeError(
+                f"{type(config).__name__}.{spec.name} must be {names}, got {type(value).__name__} {value!r}; "
+                f"pass e.g. {spec.name}={spec.default!r}"
+            )
+
+
+def _declared_annotation(cls: type, spec: dataclasses.Field):
+    """The annotation as written in the class body: ``HfArgumentParser`` rewrites ``spec.type`` in place (a
+    resolved class, ``int | None`` cut to ``int``) when the CLI builds its parser, the class's own record stays."""
+    for klass in cls.__mro__:
+        declared = vars(klass).get("__annotations__", {})
+        if spec.name in declared:
+            return declared[spec.name]
+    return spec.type
+
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
+
+
+def _annotated_types(annotation) -> tuple[type, ...] | None:
+    """``"int | None"`` -> ``(int, NoneType)``; a float field takes ints too; None for annotations it does not check."""
+    names = [part.strip() for part in str(annotation).split("|")]
+    if not all(name in _TYPES for name in names):
+        return None
+    types = tuple(_TYPES[name] for name in names)
+    return types + (int,) if float in types else types

@@ -26,18 +26,21 @@ def iter_jsonl(
     """
     path = Path(path)
     offset, cut = 0, None
-    with path.open(encoding="utf-8", newline="") as handle:
-        for number, line in enumerate(handle, start=1):
-            start, offset = offset, offset + len(line.encode("utf-8"))
-            if not line.strip():
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            start, offset = offset, offset + len(raw)
+            if not raw.strip():
                 continue
             try:
-                value = json.loads(line)
-            except json.JSONDecodeError as error:
+                if drop_cut_last_line and not raw.endswith(b"\n"):  # a writer ends every record with a newline
+                    raise ValueError("the line has no newline: its writer was stopped mid-record")
+                value = json.loads(raw.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
                 if drop_cut_last_line and not handle.readline():
                     cut = start
                     break
-                raise ValueError(f"{path}:{number} is not valid JSON ({error.msg}); {fix}") from error
+                reason = getattr(error, "msg", None) or str(error)
+                raise ValueError(f"{path}:{number} is not valid JSON ({reason}); {fix}") from error
             yield number, value
     if cut is not None:
         logger.warning("%s: dropping a last line cut short by an interrupted run", path)

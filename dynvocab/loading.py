@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -9,11 +10,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .assets import resolve_model
+from .atomic import recover
 from .model import DynamicVocabLM
 
-__all__ = ["SHIPPED_ENCODER", "load_dynamic_lm", "load_lm"]
+__all__ = ["LM_ADAPTER", "LM_WEIGHTS", "SHIPPED_ENCODER", "load_dynamic_lm", "load_lm"]
 
 logger = logging.getLogger(__name__)
+
+#: where a trainer export keeps the LM's LoRA adapter (``mode="lora"``) or its weights (``mode="full"``)
+LM_ADAPTER, LM_WEIGHTS = "lm_adapter", "lm_weights"
 
 #: a phrase encoder trained by `dynvocab train` (settings in its train_config.json), shipped so the demo starts at once
 SHIPPED_ENCODER = Path(__file__).resolve().parents[1] / "examples" / "checkpoints" / "smollm2-wikipedia"
@@ -27,14 +32,36 @@ def load_lm(name: str) -> tuple[torch.nn.Module, object]:
 
 def load_dynamic_lm(name: str, checkpoint: str | Path | None) -> DynamicVocabLM:
     """The LM with a trained phrase encoder (and the LM's LoRA adapter or weights, if they trained)."""
-    full = Path(checkpoint) / "lm_weights" if checkpoint is not None else None
-    lm, tokenizer = load_lm(str(full) if full is not None and full.exists() else name)
     if checkpoint is None:
         logger.warning("no phrase-encoder checkpoint given: phrases are encoded by an untrained encoder")
+        lm, tokenizer = load_lm(name)
         return DynamicVocabLM.from_causal_lm(lm, tokenizer).eval()
-    adapter = Path(checkpoint) / "lm_adapter"
-    if adapter.exists():
+    checkpoint = Path(checkpoint)
+    recover(checkpoint)
+    if not checkpoint.is_dir():
+        raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} does not exist; pass a folder `dynvocab train` wrote")
+    mode = _trained_mode(checkpoint)
+    full, adapter = checkpoint / LM_WEIGHTS, checkpoint / LM_ADAPTER
+    needed = {"full": full, "lora": adapter}.get(mode)
+    if needed is not None and not needed.is_dir():
+        raise ValueError(
+            f"{checkpoint} was trained with mode={mode!r} but has no {needed.name}/ folder: without it the LM would "
+            "run without what it learned; use a complete checkpoint of that run"
+        )
+    lm, tokenizer = load_lm(str(full) if full.is_dir() else name)
+    if adapter.is_dir():
         from peft import PeftModel
 
         lm = PeftModel.from_pretrained(lm, adapter)
     return DynamicVocabLM.from_pretrained(checkpoint, lm, tokenizer).eval()
+
+
+def _trained_mode(checkpoint: Path) -> str | None:
+    """The ``mode`` recorded in the checkpoint's ``train_config.json`` (None for a plain ``save_pretrained`` folder)."""
+    path = checkpoint / "train_config.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("mode")
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is corrupted ({error}); use a complete checkpoint") from error

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
+import operator
+import os
 from collections.abc import Sequence
 
 import torch
@@ -13,10 +16,11 @@ from transformers import GenerationMixin, LogitsProcessorList, PreTrainedModel, 
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from . import text
+from .assets import resolve_model
 from .config import DynamicVocabConfig
 from .agreement import PhraseAgreement
 from .phrase_encoder import PhraseEncoder, unwrap_model
-from .phrase_table import PhraseLike, PhraseTable
+from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
 from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
@@ -76,11 +80,19 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if isinstance(model, str):
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-            model = AutoModelForCausalLM.from_pretrained(model)
+        if isinstance(model, (str, os.PathLike)):
+            path = resolve_model(model)
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a causal LM (nn.Module), a Hub name or a path, got {type(model).__name__}")
         if tokenizer is None:
             raise ValueError("tokenizer is required when model is a model object; pass the LM's own tokenizer")
+        known = {f.name for f in dataclasses.fields(DynamicVocabConfig)}
+        if set(config) - known:
+            raise TypeError(
+                f"from_causal_lm got unknown settings {sorted(set(config) - known)}; DynamicVocabConfig takes {sorted(known)}"
+            )
         settings = DynamicVocabConfig(**config)
         base = unwrap_model(model)
         _check_vocab(base, tokenizer)
@@ -117,8 +129,15 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         in the form running text uses (``PhraseTable.with_mid_sentence_forms``); phrases cut from
         documents already carry their space and are passed with it off.
         """
-        per_row = bool(phrases) and all(isinstance(p, (list, tuple)) for p in phrases)
-        rows = list(phrases) if per_row else [list(phrases)]
+        items = phrase_list(phrases)
+        kinds = {isinstance(p, (list, tuple)) for p in items}
+        if len(kinds) > 1:
+            raise TypeError(
+                "set_phrases takes a list of phrases (shared by every row) or a list of lists (one per prompt), "
+                "not a mix of phrases and lists; wrap the lone phrases in a list of their own"
+            )
+        per_row = kinds == {True}
+        rows = [phrase_list(row, f"phrases[{i}]") for i, row in enumerate(items)] if per_row else [items]
         expand = self.phrase_table.with_mid_sentence_forms if mid_sentence_forms else lambda row: row
         checked = [self.phrase_table.validate(expand(row)) for row in rows]
         wanted = {p.text for row in checked for p, _ in row}
@@ -130,6 +149,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     def add_phrases(self, phrases: Sequence[PhraseLike], mid_sentence_forms: bool = True) -> None:
         """Add phrases to the shared set (every row may use them); only new ones are encoded."""
+        phrases = phrase_list(phrases)
         before = len(self.phrase_table)
         self.phrase_table.add(self.phrase_table.with_mid_sentence_forms(phrases) if mid_sentence_forms else phrases)
         if self._row_masks is not None:
@@ -139,7 +159,11 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self.refresh_phrase_vectors(only_new=True)
 
     def remove_phrases(self, phrases: Sequence[PhraseLike]) -> None:
-        """Remove phrases; ids of later phrases move down by the number removed."""
+        """Remove phrases; ids of later phrases move down by the number removed. Unknown phrases are warned about."""
+        phrases = [as_phrase(p) for p in phrase_list(phrases)]
+        unknown = [p.text for p in phrases if p not in self.phrase_table]
+        if unknown:
+            logger.warning("remove_phrases: %d phrase(s) not in the table, ignored: %s", len(unknown), unknown[:5])
         keep_texts = {p.text for p in self.phrase_table.phrases} - {p.text for p in self.phrase_table.with_mid_sentence_forms(phrases)}
         kept = [i for i, p in enumerate(self.phrase_table.phrases) if p.text in keep_texts]
         if self._row_masks is not None:
@@ -194,9 +218,17 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
     # ------------------------------------------------------------------ text
     def tokenize(self, text_: str, row: int | None = None) -> list[int]:
         """Token and phrase ids of ``text_`` by forward maximum matching (one row's set if ``row`` is given)."""
+        if not isinstance(text_, str):
+            raise TypeError(f"tokenize takes a str, got {type(text_).__name__} {text_!r}; tokenize one text at a time")
         allowed = None
-        if row is not None and self._row_masks is not None:
-            allowed = set(self._row_masks[row].nonzero().flatten().tolist())
+        if row is not None:
+            rows = 1 if self._row_masks is None else self._row_masks.shape[0]
+            if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < rows:
+                raise ValueError(
+                    f"row={row!r} is not a row of the phrase sets: set_phrases gave {rows} row(s); pass 0..{rows - 1} or None"
+                )
+            if self._row_masks is not None:
+                allowed = set(self._row_masks[row].nonzero().flatten().tolist())
         return text.tokenize(text_, self.tokenizer, self.phrase_table, allowed)
 
     def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False) -> str:
@@ -217,16 +249,20 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``phrase_inputs`` ``(P, d)`` are the phrases' input vectors; None uses the table's.
         """
         embeddings = self.lm.get_input_embeddings()
-        is_phrase = input_ids >= self.vocab_size
-        if not bool(is_phrase.any()):
+        if not input_ids.numel():
+            return embeddings(input_ids)
+        smallest, largest = (int(bound) for bound in torch.aminmax(input_ids))  # one device sync for both checks
+        if smallest < 0:
+            raise ValueError(f"input id {smallest} is negative; ids are 0..V-1 for tokens and V.. for phrases")
+        if largest < self.vocab_size:
             return embeddings(input_ids)
         num_phrases = len(self.phrase_table) if phrase_inputs is None else phrase_inputs.shape[0]
-        largest = int(input_ids.max())
         if largest >= self.vocab_size + num_phrases:
             raise ValueError(
                 f"input id {largest} is past the vocabulary: V={self.vocab_size} plus {num_phrases} phrases; "
                 "set the phrases before using their ids"
             )
+        is_phrase = input_ids >= self.vocab_size
         tokens = embeddings(input_ids.masked_fill(is_phrase, 0))
         indices = input_ids[is_phrase] - self.vocab_size
         if phrase_inputs is None:
@@ -289,7 +325,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             if logits_to_keep and self._lm_takes_logits_to_keep:
                 hidden = hidden[:, -logits_to_keep:]
             if phrase_mask is not None:
-                phrase_mask = phrase_mask.to(hidden.device)
+                phrase_mask = _checked_phrase_mask(phrase_mask, hidden.shape[0], vec_out.shape[0]).to(hidden.device)
             logits = torch.cat([logits, self._calibrated(self.scorer(hidden, vec_out, phrase_mask)).to(logits.dtype)], dim=-1)
         loss = None
         if labels is not None:
@@ -310,12 +346,12 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     def _default_row_mask(self, batch_size: int) -> torch.Tensor:
         rows = self._row_masks.shape[0]
-        if batch_size % rows:
+        if batch_size != rows:
             raise ValueError(
-                f"the phrase sets were given for {rows} rows but the batch has {batch_size}; "
-                "pass one phrase list per prompt to set_phrases"
+                f"set_phrases gave {rows} per-row phrase sets but the batch has {batch_size} rows; pass one phrase "
+                "list per row to set_phrases, or a phrase_mask of shape (batch, phrases)"
             )
-        return self._row_masks.repeat_interleave(batch_size // rows, dim=0)
+        return self._row_masks
 
     # ------------------------------------------------------------------ generation
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, past_key_values=None, attention_mask=None,
@@ -435,11 +471,35 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
 
 def _as_list(ids) -> list[int]:
+    """One sequence of ids as ints; a 2-D tensor, floats, strings or negative ids raise naming the problem."""
     if isinstance(ids, torch.Tensor):
         if ids.dim() != 1:
             raise ValueError(f"expected one sequence of ids, got a tensor of shape {tuple(ids.shape)}; pass ids[row]")
-        return ids.tolist()
-    return list(ids)
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise TypeError(f"ids must be an integer tensor, got dtype {ids.dtype}; pass ids.long()")
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__} {ids[:20]!r}; decode ids, not text")
+    try:
+        ids = [operator.index(i) for i in ids]
+    except TypeError:
+        raise TypeError(f"ids must be a sequence of ints, got {list(ids)[:5]!r}...; pass integer token and phrase ids") from None
+    if ids and min(ids) < 0:
+        raise ValueError(f"id {min(ids)} is negative; ids are 0..V-1 for tokens and V.. for phrases")
+    return ids
+
+
+def _checked_phrase_mask(mask: torch.Tensor, batch: int, num_phrases: int) -> torch.Tensor:
+    """A ``(batch, P)`` bool mask, or ``TypeError``/``ValueError`` saying what shape and dtype it must have."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"phrase_mask must be a bool tensor of shape (batch, phrases), got {what}; pass mask.bool()")
+    if tuple(mask.shape) != (batch, num_phrases):
+        raise ValueError(
+            f"phrase_mask has shape {tuple(mask.shape)}, but the batch has {batch} rows and the table {num_phrases} "
+            f"phrases; pass a ({batch}, {num_phrases}) bool tensor"
+        )
+    return mask
 
 
 def _check_vocab(base: PreTrainedModel, tokenizer) -> None:

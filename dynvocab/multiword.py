@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .atomic import atomic_directory
+from .atomic import atomic_directory, recover, verify
 from .ngrams import mine_ngrams, word_boundaries, word_start_flags
 from .segmentation import forward_max_match
 from .serialization import tokenizer_fingerprint
@@ -147,8 +147,10 @@ class MultiWordLM:
     def from_pretrained(cls, directory: str | Path, lm: nn.Module, tokenizer) -> "MultiWordLM":
         """Put a saved n-gram vocabulary and its trained rows onto the base ``lm`` it was trained on."""
         directory = Path(directory)
+        recover(directory)
         if not (directory / CONFIG_NAME).exists():
             raise FileNotFoundError(f"{directory} has no {CONFIG_NAME}; pass a directory written by `dynvocab train-mwt`")
+        verify(directory)
         saved = json.loads((directory / CONFIG_NAME).read_text())
         if saved["tokenizer_fingerprint"] != tokenizer_fingerprint(tokenizer):
             raise ValueError(f"{directory} was trained with another tokenizer; pass the base LM's own tokenizer")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,8 +21,34 @@ class Phrase:
     text: str
     source: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError(f"Phrase.text must be a str, got {type(self.text).__name__} {self.text!r}")
+        if self.source is not None and not isinstance(self.source, str):
+            raise TypeError(
+                f"Phrase.source must be a str (a document id) or None, got {type(self.source).__name__} "
+                f"{self.source!r}; pass source=str(...)"
+            )
+
 
 PhraseLike = str | Phrase
+
+
+def phrase_list(items: Iterable[PhraseLike], argument: str = "phrases") -> list:
+    """``items`` read once into a list; a single phrase or a non-iterable raises ``TypeError`` naming ``argument``."""
+    if isinstance(items, (str, Phrase)):
+        raise TypeError(f"{argument} must be a list of phrases, got the single phrase {items!r}; pass [{items!r}]")
+    try:
+        return list(items)
+    except TypeError:
+        raise TypeError(
+            f"{argument} must be a list of phrases (str or dynvocab.Phrase), got {type(items).__name__} {items!r}"
+        ) from None
+
+
+def _invisible(text: str) -> bool:
+    """Only spaces, controls, format characters (zero-width space, BOM...) or separators: nothing a reader sees."""
+    return all(character.isspace() or unicodedata.category(character)[0] in "CZ" for character in text)
 
 
 def as_phrase(item: PhraseLike) -> Phrase:
@@ -81,10 +108,12 @@ class PhraseTable:
 
     def validate(self, items: Iterable[PhraseLike]) -> list[tuple[Phrase, tuple[int, ...]]]:
         """Check and tokenize phrases without changing the table; raises ``ValueError`` naming the bad phrase."""
-        phrases = [as_phrase(item) for item in items]
+        phrases = [as_phrase(item) for item in phrase_list(items)]
         for phrase in phrases:
-            if not phrase.text.strip():
-                raise ValueError(f"phrase {phrase.text!r} is empty or whitespace-only; drop it from the phrase list")
+            if _invisible(phrase.text):
+                raise ValueError(
+                    f"phrase {phrase.text!r} is empty or only whitespace or invisible characters; drop it from the phrase list"
+                )
         texts = [p.text for p in phrases]
         encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         checked = []
@@ -107,7 +136,7 @@ class PhraseTable:
         running text uses mid-sentence (" New York City", same source), when the tokenizer folds
         that space into the first token (GPT-2 and Llama-3-style byte-level BPE do) and the form is a
         phrase (two tokens or more)."""
-        phrases = [as_phrase(p) for p in items]
+        phrases = [as_phrase(p) for p in phrase_list(items)]
         plain = [p for p in phrases if p.text[:1].isalnum()]
         if not plain:
             return phrases
@@ -136,12 +165,6 @@ class PhraseTable:
             new.append(len(self.phrases) - 1)
         self.version += bool(new)
         return new
-
-    def remove(self, items: Iterable[PhraseLike]) -> None:
-        """Remove phrases (unknown ones are ignored); later phrases move down to keep ids contiguous."""
-        drop = {self._index[t] for t in (as_phrase(i).text for i in items) if t in self._index}
-        if drop:
-            self.keep([i for i in range(len(self)) if i not in drop])
 
     def keep(self, indices: Sequence[int]) -> None:
         """Keep only the phrases at these table indices, in this order, with their vectors."""

@@ -6,9 +6,11 @@ import hashlib
 import json
 from pathlib import Path
 
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+import torch
 
-from .atomic import atomic_directory
+from .atomic import atomic_directory, recover, verify
 from .config import CONFIG_NAME, DynamicVocabConfig
 from .phrase_encoder import PhraseEncoder, unwrap_model
 from .phrase_table import PhraseTable
@@ -18,7 +20,7 @@ ENCODER_CONFIG = "phrase_encoder_config.json"
 PHRASES = "phrases.jsonl"
 PHRASE_VECTORS = "phrase_vectors.safetensors"
 
-__all__ = ["load", "save", "tokenizer_fingerprint"]
+__all__ = ["load", "save", "tokenizer_fingerprint", "write_model_files"]
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -28,26 +30,38 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 def save(model, directory: str | Path, save_phrases: bool = False) -> None:
-    """Write config, encoder body config and encoder weights (and phrases) into ``directory`` atomically."""
-    encoder: PhraseEncoder = model.phrase_encoder
+    """Write the model's own files into ``directory`` atomically (``dynvocab.atomic``), with a manifest last."""
     with atomic_directory(directory) as staging:
-        model.dynvocab_config.save(staging)
-        body = {"config": encoder.body.config.to_dict(), "shares_embeddings": encoder.shares_embeddings}
-        (staging / ENCODER_CONFIG).write_text(json.dumps(body, indent=2, default=str) + "\n", encoding="utf-8")
-        weights = {k: v.detach().contiguous().cpu() for k, v in encoder.trainable_state_dict().items()}
-        save_file(weights, staging / ENCODER_WEIGHTS, metadata={"format": "pt"})
-        if save_phrases and len(model.phrase_table):
-            model.phrase_table.save(staging / PHRASES)
-            vectors = model.phrase_output_vectors()
-            save_file({"output": vectors.contiguous().cpu()}, staging / PHRASE_VECTORS)
+        write_model_files(model, staging, save_phrases)
+
+
+def write_model_files(model, directory: Path, save_phrases: bool = False) -> None:
+    """Config, encoder body config and encoder weights (and the phrases with their vectors) into ``directory``."""
+    encoder: PhraseEncoder = model.phrase_encoder
+    model.dynvocab_config.save(directory)
+    body = {"config": encoder.body.config.to_dict(), "shares_embeddings": encoder.shares_embeddings}
+    (directory / ENCODER_CONFIG).write_text(json.dumps(body, indent=2, default=str) + "\n", encoding="utf-8")
+    weights = {k: v.detach().contiguous().cpu() for k, v in encoder.trainable_state_dict().items()}
+    _refuse_non_finite(weights, "the phrase encoder's weights")
+    save_file(weights, directory / ENCODER_WEIGHTS, metadata={"format": "pt"})
+    if save_phrases and len(model.phrase_table):
+        model.phrase_table.save(directory / PHRASES)
+        vectors = model.phrase_output_vectors().contiguous().cpu()
+        _refuse_non_finite({"output": vectors}, "the phrase vectors")
+        metadata = {"phrases_sha256": _phrases_digest(model.phrase_table.phrases)}
+        save_file({"output": vectors}, directory / PHRASE_VECTORS, metadata=metadata)
 
 
 def load(cls, directory: str | Path, base_model, tokenizer):
     """Rebuild the model saved in ``directory`` on ``base_model`` with ``tokenizer``."""
     directory = Path(directory)
+    recover(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory} does not exist; pass the folder DynamicVocabLM.save_pretrained wrote")
     for name in (CONFIG_NAME, ENCODER_CONFIG, ENCODER_WEIGHTS):
         if not (directory / name).exists():
             raise FileNotFoundError(f"{directory / name} is missing: was {directory} written by DynamicVocabLM.save_pretrained?")
+    verify(directory)
     config = DynamicVocabConfig.load(directory)
     base = unwrap_model(base_model)
     _check_base(config, base, tokenizer, tokenizer_fingerprint(tokenizer), directory)
@@ -56,6 +70,7 @@ def load(cls, directory: str | Path, base_model, tokenizer):
         body["config"], base.config.hidden_size, config.head_hidden_size, body["shares_embeddings"]
     )
     weights = load_file(directory / ENCODER_WEIGHTS)
+    _refuse_non_finite(weights, str(directory / ENCODER_WEIGHTS))
     result = encoder.load_state_dict(weights, strict=False)
     if result.unexpected_keys or (not body["shares_embeddings"] and result.missing_keys):
         raise ValueError(f"{directory / ENCODER_WEIGHTS} does not match its config: {result}")
@@ -64,11 +79,41 @@ def load(cls, directory: str | Path, base_model, tokenizer):
     encoder.to(device=base.device, dtype=base.dtype).attach(base)
     model = cls(base_model, tokenizer, encoder, config)
     if (directory / PHRASES).exists():
-        model.phrase_table.add(PhraseTable.read(directory / PHRASES))
-        vectors = load_file(directory / PHRASE_VECTORS) if (directory / PHRASE_VECTORS).exists() else None
-        if vectors is not None and vectors["output"].shape[0] == len(model.phrase_table):
-            model.restore_phrase_output_vectors(vectors["output"].to(base.device))
+        phrases = PhraseTable.read(directory / PHRASES)
+        model.phrase_table.add(phrases)
+        if (directory / PHRASE_VECTORS).exists():
+            model.restore_phrase_output_vectors(_phrase_vectors(directory, model.phrase_table.phrases).to(base.device))
     return model
+
+
+def _phrase_vectors(directory: Path, phrases) -> torch.Tensor:
+    """The saved output vectors, refused unless they were saved for exactly these phrases, in this order."""
+    path = directory / PHRASE_VECTORS
+    with safe_open(path, framework="pt") as handle:
+        recorded = (handle.metadata() or {}).get("phrases_sha256")
+        vectors = handle.get_tensor("output")
+    if recorded != _phrases_digest(phrases) or vectors.shape[0] != len(phrases):
+        raise ValueError(
+            f"{path} holds vectors for another phrase list than {directory / PHRASES} ({vectors.shape[0]} rows for "
+            f"{len(phrases)} phrases): the phrases file was edited after saving; delete {PHRASE_VECTORS} to re-encode "
+            "the phrases, or save the model again"
+        )
+    _refuse_non_finite({"output": vectors}, str(path))
+    return vectors
+
+
+def _phrases_digest(phrases) -> str:
+    """A hash of the phrase texts in table order: the vectors file records the phrases it belongs to."""
+    return hashlib.sha256(json.dumps([p.text for p in phrases], ensure_ascii=False).encode()).hexdigest()
+
+
+def _refuse_non_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(
+                f"{what} hold NaN or Inf values (tensor {name!r}); the file is corrupted or the training diverged: "
+                "restore a good copy, or retrain from the last good checkpoint"
+            )
 
 
 def _check_base(config: DynamicVocabConfig, base, tokenizer, fingerprint: str, directory: Path) -> None:

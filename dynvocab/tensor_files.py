@@ -7,7 +7,6 @@ holding NaN or Inf is refused on the way in and on the way out.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -16,20 +15,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_directory
+from .atomic import atomic_directory, file_sha256, recover
 
-__all__ = ["MANIFEST", "read_tensor_folder", "sha256_of", "write_tensor_folder"]
+__all__ = ["MANIFEST", "read_tensor_folder", "write_tensor_folder"]
 
 MANIFEST = "manifest.json"
-
-
-def sha256_of(path: Path) -> str:
-    """The hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _check_finite(name: str, tensors: dict[str, torch.Tensor], where: str) -> None:
@@ -64,7 +54,7 @@ def write_tensor_folder(
             (staging / name).write_text(content, encoding="utf-8")
         if write is not None:
             write(staging)
-        hashes = {p.relative_to(staging).as_posix(): sha256_of(p) for p in sorted(staging.rglob("*")) if p.is_file()}
+        hashes = {p.relative_to(staging).as_posix(): file_sha256(p) for p in sorted(staging.rglob("*")) if p.is_file()}
         manifest = {"format": kind, "sha256": hashes, **metadata}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return target
@@ -73,6 +63,7 @@ def write_tensor_folder(
 def read_tensor_folder(directory: str | Path, kind: str) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:
     """The manifest and every tensor file of a folder written by ``write_tensor_folder`` with this ``kind``."""
     directory = Path(directory)
+    recover(directory)
     path = directory / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"no {kind} at {str(directory)!r} ({MANIFEST} is missing); save one there first")
@@ -87,7 +78,7 @@ def read_tensor_folder(directory: str | Path, kind: str) -> tuple[dict[str, Any]
         file = directory / name
         if not file.is_file():
             raise ValueError(f"{file} is missing; save the {kind} again")
-        if sha256_of(file) != expected:
+        if file_sha256(file) != expected:
             raise ValueError(f"{file} is corrupted: its sha256 does not match {MANIFEST}; save the {kind} again")
         if name.endswith(".safetensors") and "/" not in name:
             tensors[name] = load_file(file)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -55,6 +56,11 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: Pooling = 
     does); ``cls`` takes the first unmasked token, which is position 0 unless the
     tokenizer pads on the left.
     """
+    if attention_mask.shape != hidden.shape[:2]:
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)} but the states {tuple(hidden.shape)}; pass the "
+            "(batch, tokens) mask the tokenizer returned with these inputs"
+        )
     if pooling == "mean":
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
@@ -98,6 +104,7 @@ class DenseEncoder:
             name = model.name_or_path or type(model).__name__
             device = device if device is not None else model.device
         elif isinstance(model_name_or_path, str):
+            _refuse_missing_local_path(model_name_or_path)
             model = AutoModel.from_pretrained(model_name_or_path)
             name = model_name_or_path
             device = device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
@@ -187,3 +194,14 @@ def _load_tokenizer(model_name_or_path: str | PreTrainedModel, name: str) -> Pre
             f"no tokenizer was given and none could be loaded from the model's name {name!r}; "
             "pass tokenizer=AutoTokenizer.from_pretrained(...) to DenseEncoder"
         ) from error
+
+
+def _refuse_missing_local_path(name_or_path: str) -> None:
+    """A string that can only be a local path (``/``, ``.`` or ``~`` first, or two ``/``) must exist: say so here
+    rather than let the Hub answer "Repo id must be in the form ..."."""
+    local = name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1
+    if local and not Path(name_or_path).expanduser().exists():
+        raise FileNotFoundError(
+            f"encoder path {name_or_path!r} does not exist; pass an existing folder or a Hub name such as "
+            f"{DEFAULT_ENCODER!r}"
+        )

@@ -23,6 +23,8 @@ def time_callable(
     synchronize: Callable[[], object] | None = None,
 ) -> LatencyStats:
     """Call ``fn()`` ``warmup + repeats`` times and summarize the last ``repeats`` durations."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}; pass e.g. lambda: f(x)")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if warmup < 0:

@@ -79,7 +79,13 @@ def _import_mauve():
 
 
 def _as_array(features, name: str) -> np.ndarray:
-    values = np.asarray(features.values if isinstance(features, Features) else features, dtype=np.float32)
+    try:
+        values = np.asarray(features.values if isinstance(features, Features) else features, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"{name} must be an (n, d) array of feature vectors (e.g. from causal_lm_features), got "
+            f"{type(features).__name__}; featurize the texts first"
+        ) from error
     if values.ndim != 2 or values.shape[0] < 2:
         raise ValueError(f"{name} must be an (n, d) array with n >= 2, got shape {values.shape}")
     if not np.isfinite(values).all():

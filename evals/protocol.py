@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from dynvocab.config import check_field_types
 from dynvocab.jsonl import iter_jsonl
 
 from .latency import STAGES, StageTimer
@@ -76,6 +77,7 @@ class EvalConfig:
     output_dir: str = field(default="runs/eval", metadata={"help": "generations.jsonl, results.json, report.md, plots."})
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in self.system_names:
             parse_system(name)
         if not self.system_names:
@@ -86,8 +88,11 @@ class EvalConfig:
             raise ValueError(f"decoding={self.decoding!r}; choose 'greedy' or 'nucleus'")
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):
             raise ValueError(f"mauve_featurizer={self.mauve_featurizer!r}; choose 'minilm', 'lm' or 'gpt2-large'")
-        if min(self.num_prompts, self.prefix_tokens, self.continuation_tokens, self.mauve_seeds, self.batch_size) < 1:
-            raise ValueError("num_prompts, prefix_tokens, continuation_tokens, mauve_seeds and batch_size must be >= 1")
+        for name in ("num_prompts", "prefix_tokens", "continuation_tokens", "mauve_seeds", "batch_size", "top_k_docs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EvalConfig.{name}={getattr(self, name)} must be >= 1")
+        if not 0.0 < self.top_p <= 1.0 or self.repetition_penalty <= 0:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1] and repetition_penalty={self.repetition_penalty} > 0")
         if self.latency_prompts < 0:
             raise ValueError(f"latency_prompts={self.latency_prompts} must be >= 0")
 

@@ -46,6 +46,12 @@ def _to_tokens(
             "wrap it in a list: [text]"
         )
     split = tokenizer if tokenizer is not None else str.split
+    bad = next((item for item in texts_or_token_lists if not isinstance(item, (str, list, tuple))), None)
+    if bad is not None:
+        raise TypeError(
+            f"texts_or_token_lists must hold texts (str) or token lists, got a {type(bad).__name__} {bad!r}; "
+            "pass e.g. ['the cat sat'] or [[464, 3797]]"
+        )
     return [split(item) if isinstance(item, str) else list(item) for item in texts_or_token_lists]
 
 

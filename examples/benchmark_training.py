@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"peak resident memory: {peak:.2f} GB (target <= 8)")
 
     trainer.save_checkpoint(workdir / "checkpoint-1")
-    load_only = timed(lambda: trainer.accelerator.load_state(workdir / "checkpoint-1" / "state"))
+    load_only = timed(lambda: trainer.load_checkpoint(workdir / "checkpoint-1"))
     resume = timed(lambda: trainer._resume(sample_stream(config, trainer.tokenizer, trainer.support)))
     print(f"resume {resume:.2f} s vs loading the checkpoint alone {load_only:.2f} s")
     shutil.rmtree(workdir, ignore_errors=True)

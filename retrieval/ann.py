@@ -14,7 +14,7 @@ from typing import Any, Literal
 import faiss
 import numpy as np
 
-from dynvocab.config import JsonConfig
+from dynvocab.config import JsonConfig, check_field_types
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ class IndexConfig(JsonConfig):
     seed: int = field(default=0, metadata={"help": "seed for k-means and query sampling"})
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.index_type not in ("auto", "flat", "ivf", "hnsw"):
             raise ValueError(f"index_type={self.index_type!r} is not supported; use 'auto', 'flat', 'ivf' or 'hnsw'")
         if self.auto_approximate not in ("ivf", "hnsw"):

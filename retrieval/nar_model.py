@@ -201,8 +201,4 @@ class NarRetriever(nn.Module):
 
 def local_or_hub(name_or_path: str) -> str:
     """An offline alias or path resolved; a path that looks local and is missing raises instead of reaching the Hub."""
-    path = resolve_model(name_or_path)
-    looks_local = Path(path).is_absolute() or path.startswith((".", "~")) or path.count("/") > 1
-    if looks_local and not Path(path).expanduser().exists():
-        raise FileNotFoundError(f"encoder path {path!r} does not exist; pass an existing folder, 'minilm' or a Hub name")
-    return path
+    return resolve_model(name_or_path)

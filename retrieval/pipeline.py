@@ -11,6 +11,7 @@ import torch
 from transformers import StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase, Segment
+from dynvocab.config import check_field_types
 from dynvocab.generation import generate_continuations
 from dynvocab.padding import pad_id
 from dynvocab.stopping import CharacterBudget
@@ -54,10 +55,21 @@ class PipelineConfig:
     drop_unused: bool = field(default=False, metadata={"help": "Real-time mode: drop phrases unused since the last addition."})
 
     def __post_init__(self) -> None:
-        if self.top_k < 1 or self.max_new_tokens < 1 or self.realtime_every < 1:
-            raise ValueError("top_k, max_new_tokens and realtime_every must be >= 1")
-        if not 0.0 < self.realtime_fraction <= 1.0:
-            raise ValueError(f"realtime_fraction={self.realtime_fraction} must be in (0, 1]")
+        check_field_types(self)
+        for name in ("top_k", "max_new_tokens", "realtime_every", "min_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PipelineConfig.{name}={getattr(self, name)} must be >= 1")
+        if self.max_phrases < 0:
+            raise ValueError(f"PipelineConfig.max_phrases={self.max_phrases} must be >= 0 (0: no phrases, the bare LM)")
+        if self.min_length > self.max_length:
+            raise ValueError(f"min_length={self.min_length} > max_length={self.max_length}; pass min_length <= max_length")
+        if self.max_chars is not None and self.max_chars < 1:
+            raise ValueError(f"max_chars={self.max_chars} must be >= 1, or None for no character budget")
+        if not self.temperature > 0 or not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"temperature={self.temperature} must be > 0 and top_p={self.top_p} in (0, 1]")
+        for name in ("realtime_fraction",):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} must be in (0, 1]")
         if self.unit not in ("tokens", "words"):
             raise ValueError(f"unit={self.unit!r}; choose 'tokens' or 'words'")
         if self.edges not in ("content", "any") or self.ranking not in ("relevance", "frequency"):

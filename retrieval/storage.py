@@ -11,8 +11,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from dynvocab.atomic import atomic_directory
-from dynvocab.tensor_files import sha256_of
+from dynvocab.atomic import atomic_directory, file_sha256, recover
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ def write_index_dir(target: Path, index: faiss.Index, metadata: dict[str, Any]) 
             "faiss_version": faiss.__version__,
             "index_file": INDEX_FILE,
             "index_bytes": index_path.stat().st_size,
-            "index_sha256": sha256_of(index_path),
+            "index_sha256": file_sha256(index_path),
             **metadata,
         }
         with open(staging / METADATA_FILE, "w", encoding="utf-8") as handle:
@@ -69,6 +68,7 @@ def write_index_dir(target: Path, index: faiss.Index, metadata: dict[str, Any]) 
 
 def read_index_dir(directory: Path, encoder: Any = None) -> tuple[faiss.Index, dict[str, Any]]:
     """Read and check a saved index folder; returns the CPU faiss index and the metadata."""
+    recover(directory)
     metadata = _read_metadata(directory)
     index = _read_faiss(directory, metadata)
     check_encoder(metadata, encoder, directory)
@@ -106,7 +106,7 @@ def _read_faiss(directory: Path, metadata: dict[str, Any]) -> faiss.Index:
     size = path.stat().st_size
     if size != metadata["index_bytes"]:
         raise ValueError(f"{path} is truncated or altered: {size} bytes, {metadata['index_bytes']} expected; {fix}")
-    if sha256_of(path) != metadata["index_sha256"]:
+    if file_sha256(path) != metadata["index_sha256"]:
         raise ValueError(f"{path} is corrupted: its sha256 does not match {METADATA_FILE}; {fix}")
     try:
         index = faiss.read_index(str(path))

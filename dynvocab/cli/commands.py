@@ -1,4 +1,5 @@
-"""The ``dynvocab`` command line: train, train-mwt, index, generate, eval, demo, build-vocab, nar-train, nar-search."""
+"""The ``dynvocab`` command line: train, train-mwt, index, generate, eval, demo, pretrain-encoder,
+finetune-encoder, eval-retrieval, build-vocab, nar-train, nar-search."""
 
 from __future__ import annotations
 
@@ -36,13 +37,23 @@ def cmd_train_mwt(args: argparse.Namespace) -> None:
 
 def cmd_index(args: argparse.Namespace) -> None:
     from encoders import DenseEncoder
+    from encoders.hybrid import HybridEncoder
     from retrieval import DocumentIndex
-    from retrieval.loading import document_encoder
+    from retrieval.hybrid_index import HybridIndex
+    from retrieval.loading import document_encoder, is_hybrid_encoder
 
     from ..assets import resolve_model
     from ..corpora import CORPORA
 
     source = CORPORA[args.data][0]() if args.data in CORPORA else args.data
+    if not isinstance(source, list) and not Path(source).exists() and Path(source).suffix in (".jsonl", ".txt", ".json"):
+        raise FileNotFoundError(f"--data {source!r} does not exist; pass a JSONL or text file, a folder, or 'wikipedia'")
+    if is_hybrid_encoder(args.encoder):
+        hybrid = HybridIndex.build(source, HybridEncoder.from_pretrained(args.encoder, representation=args.representation),
+                                   text_field=args.text_field, show_progress_bar=True)
+        hybrid.save(args.output)
+        print(f"indexed {len(hybrid)} documents (hybrid {hybrid.encoder_info['label']}) into {args.output}")
+        return
     encoder = document_encoder() if args.encoder == "minilm" else DenseEncoder(resolve_model(args.encoder))
     index = DocumentIndex.build(source, encoder, index_type=args.index_type, text_field=args.text_field, show_progress_bar=True)
     index.save(args.output)
@@ -53,8 +64,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from retrieval.loading import load_stack
     from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
+    config = dataclass_from_args(PipelineConfig, args)
     model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
-    pipeline = PhrasePipeline(model, index, dataclass_from_args(PipelineConfig, args))
+    pipeline = PhrasePipeline(model, index, config)
     for prompt in args.prompt:
         result = pipeline(prompt)
         print(prompt + result.marked())
@@ -66,6 +78,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
+    if args.prompts < 1 or args.max_new_tokens < 1:
+        raise ValueError(f"--prompts {args.prompts} and --max-new-tokens {args.max_new_tokens} must be >= 1")
     run_demo(prompts=args.prompts, max_new_tokens=args.max_new_tokens, workdir=Path(args.workdir))
 
 
@@ -79,6 +93,29 @@ def cmd_eval(args: argparse.Namespace) -> None:
     bounds = mauve_bounds(records, config, generators)
     report = write_report(results, config, "dynvocab " + " ".join(args.argv), generators.settings(), bounds)
     print(report.read_text())
+
+
+def cmd_pretrain_encoder(args: argparse.Namespace) -> None:
+    from retrieval.pretraining import PretrainConfig, pretrain
+
+    config = dataclass_from_args(PretrainConfig, args)
+    final = pretrain(config, resume=args.resume)
+    print(json.dumps({"output_dir": config.output_dir, **final}))
+
+
+def cmd_finetune_encoder(args: argparse.Namespace) -> None:
+    from retrieval.finetuning import FinetuneConfig, finetune
+
+    config = dataclass_from_args(FinetuneConfig, args)
+    final = finetune(config, resume=args.resume)
+    print(json.dumps({"output_dir": config.output_dir, **final}))
+
+
+def cmd_eval_retrieval(args: argparse.Namespace) -> None:
+    from evals.retrieval_eval import RetrievalEvalConfig, evaluate_retrieval
+
+    config = dataclass_from_args(RetrievalEvalConfig, args)
+    print(evaluate_retrieval(config, "dynvocab " + " ".join(args.argv)).read_text())
 
 
 def cmd_build_vocab(args: argparse.Namespace) -> None:
@@ -106,7 +143,10 @@ def cmd_nar_search(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from evals.protocol import EvalConfig
+    from evals.retrieval_eval import RetrievalEvalConfig
+    from retrieval.finetuning import FinetuneConfig
     from retrieval.pipeline import PipelineConfig
+    from retrieval.pretraining import PretrainConfig
     from transformers import HfArgumentParser
 
     from retrieval.nar_training import NarTrainConfig
@@ -132,7 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     index = commands.add_parser("index", help="encode documents and build a FAISS index")
     index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, 'wikipedia' or 'licenses'")
     index.add_argument("--output", required=True, help="directory of the saved index")
-    index.add_argument("--encoder", default="minilm", help="HF encoder name or path ('minilm' is the offline asset)")
+    index.add_argument("--encoder", default="minilm", help="HF encoder name or path ('minilm' is the offline asset); "
+                       "a finetune-encoder --encoder hybrid output builds a hybrid (dense + sparse) index")
+    index.add_argument("--representation", default="both", choices=["cls", "ot", "both", "both-260"],
+                       help="hybrid encoders only: CLS only, OT only, CLS:384/OT:384 or CLS:384/OT:260")
     index.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"])
     index.add_argument("--text-field", default="text")
     index.set_defaults(func=cmd_index)
@@ -149,6 +192,20 @@ def build_parser() -> argparse.ArgumentParser:
         "eval", dataclass_types=EvalConfig, help="the paper's protocol and metrics against baselines; resumable"
     )
     evaluate.set_defaults(func=cmd_eval)
+
+    pretrain_encoder = commands.add_parser("pretrain-encoder", dataclass_types=PretrainConfig,
+                                           help="DupMAE pre-training of a BERT-like encoder (accelerate launch works too)")
+    pretrain_encoder.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    pretrain_encoder.set_defaults(func=cmd_pretrain_encoder)
+
+    finetune_encoder = commands.add_parser("finetune-encoder", dataclass_types=FinetuneConfig,
+                                           help="contrastive fine-tuning with in-batch, then ANN hard negatives")
+    finetune_encoder.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    finetune_encoder.set_defaults(func=cmd_finetune_encoder)
+
+    eval_retrieval = commands.add_parser("eval-retrieval", dataclass_types=RetrievalEvalConfig,
+                                         help="BM25, MiniLM and DupMAE retrievers on held-out queries; report")
+    eval_retrieval.set_defaults(func=cmd_eval_retrieval)
 
     demo = commands.add_parser("demo", help="the main job on the embedded default (SmolLM2, Wikipedia)")
     demo.add_argument("--prompts", type=int, default=4, help="held-out prompts to run")
@@ -188,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError) as error:  # what the library raises for a user's input
         print(f"dynvocab {args.command}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
 

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..config import JsonConfig
+from ..config import JsonConfig, check_field_types
 from ..corpora import WIKIPEDIA_HELD_OUT
 from .negatives import SOURCES
 
@@ -56,11 +56,13 @@ class TrainConfig(JsonConfig):
     mixed_precision: str = field(default="auto", metadata={"help": "'no', 'bf16' or 'auto' (bf16 where the GPU has it)."})
     log_every: int = field(default=10, metadata={"help": "Steps between loss log lines."})
     save_every: int = field(default=100, metadata={"help": "Steps between checkpoints."})
+    save_total_limit: int = field(default=2, metadata={"help": "Complete checkpoints kept (the newest); 0 keeps all."})
     seed: int = field(default=0, metadata={"help": "Seed of sampling, negatives and initialisation."})
 
     config_name: ClassVar[str] = "train_config.json"
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.phrases not in PHRASE_SOURCES:
             raise ValueError(f"phrases={self.phrases!r}; choose one of {PHRASE_SOURCES}")
         if self.mode not in MODES:
@@ -73,6 +75,8 @@ class TrainConfig(JsonConfig):
         for name in ("max_length", "batch_size", "grad_accum", "max_steps", "save_every", "log_every", "encoder_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.save_total_limit < 0:
+            raise ValueError(f"save_total_limit={self.save_total_limit} must be >= 0 (0 keeps every checkpoint)")
         if not 0.0 < self.held_out < 1.0:
             raise ValueError(f"held_out={self.held_out} must be a fraction in (0, 1)")
 

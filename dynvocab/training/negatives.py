@@ -220,13 +220,15 @@ class NegativeSampler:
         return negatives
 
     def state_dict(self) -> dict:
-        """Pre-batch queue and random state, for an exact resume (plain Python objects, picklable)."""
-        return {"queue": self.queue.state_dict(), "rng": self.rng.getstate()}
+        """Pre-batch queue and random state, for an exact resume (JSON-able: lists, ints, None)."""
+        version, internal, gauss = self.rng.getstate()
+        return {"queue": self.queue.state_dict(), "rng": [version, list(internal), gauss]}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` saved."""
         self.queue.load_state_dict(state["queue"])
-        self.rng.setstate(state["rng"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
 
     def _source(self, name: str, batch: Sequence[MixedSample], golds: list[Phrase]) -> list[Phrase]:
         if name == "pre-batch":

@@ -14,7 +14,6 @@ import itertools
 import json
 import logging
 import os
-import pickle
 import random
 import time
 from collections.abc import Iterator
@@ -22,13 +21,16 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator, PartialState
-from accelerate.utils import reduce, set_seed
+from accelerate.utils import gather_object, reduce, set_seed
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
 
 from ..assets import resolve_model
+from ..atomic import atomic_directory
+from ..loading import LM_ADAPTER, LM_WEIGHTS
 from ..model import DynamicVocabLM
+from ..serialization import write_model_files
 from .batching import MixedBatch, collate
 from .config import TrainConfig
 from .corpus import iter_texts, wikipedia_split
@@ -36,25 +38,34 @@ from .loss import LossWeights, dynamic_vocab_loss, term_counts, weighted_total
 from .negatives import NegativeSampler
 from ..ngrams import SuccessorIndex, mine_ngrams
 from .samples import FMMSampler, NIdsSampler, NWordsSampler, build_samples
+from .state import (
+    TRAINER_STATE,
+    complete_checkpoints,
+    load_optimizer,
+    load_rank_state,
+    load_trainable,
+    rank_state,
+    restore_rank_state,
+    rotate_checkpoints,
+    save_optimizer,
+    save_rank_states,
+    save_trainable,
+)
 
 __all__ = [
-    "LM_ADAPTER",
-    "LM_WEIGHTS",
     "Trainer",
     "TrainingModule",
     "build_model",
     "cpu_processes",
     "epoch_texts",
     "mixed_precision",
-    "negatives_file",
     "sample_stream",
     "training_texts",
 ]
 
 logger = logging.getLogger(__name__)
 
-LM_ADAPTER = "lm_adapter"
-LM_WEIGHTS = "lm_weights"
+LOG_FILE = "log.jsonl"
 
 
 class TrainingModule(nn.Module):
@@ -140,8 +151,18 @@ def sample_stream(
     rng = random.Random(config.seed)
 
     def epochs() -> Iterator:
+        """Samples with at least one phrase (one without teaches the phrase encoder nothing), epoch after epoch."""
         for epoch in itertools.count():
-            yield from build_samples(epoch_texts(config, epoch), tokenizer, sampler, config.max_length, seed=rng)
+            produced = False
+            for sample in build_samples(epoch_texts(config, epoch), tokenizer, sampler, config.max_length, seed=rng):
+                if sample.phrase_spans:
+                    produced = True
+                    yield sample
+            if not produced:
+                raise ValueError(
+                    f"the training data {config.data!r} yields no training sample with a phrase (the texts are too "
+                    f"short, or the data is empty); pass texts of a few sentences each, or lower --min-gap"
+                )
 
     samples = epochs()
     while True:
@@ -164,11 +185,16 @@ class Trainer:
             cpu=cpu_processes(),
         )
         set_seed(config.seed)
+        texts = training_texts(config)  # the data is read before the model loads: a bad path fails at once
+        support_texts = list(itertools.islice(iter(texts), config.support_texts))
+        if not support_texts:
+            raise ValueError(
+                f"the training data {config.data!r} holds no text, so it yields no training sample; pass a text or "
+                f"JSONL file, a folder or a dataset with texts in the {config.text_field!r} field"
+            )
         self.model = build_model(config)
         self.tokenizer = self.model.tokenizer
         self.output_dir = Path(config.output_dir)
-        texts = training_texts(config)
-        support_texts = list(itertools.islice(iter(texts), config.support_texts))
         self.support = self.tokenizer(support_texts, add_special_tokens=False)["input_ids"]
         names = config.negative_names
         self.negatives = NegativeSampler(
@@ -188,10 +214,9 @@ class Trainer:
         )
         # the scheduler is not prepared: accelerate would step a prepared one once per process and optimizer step,
         # so on N processes the warm-up and decay would run N times too fast; it is stepped here once per optimizer
-        # step on every rank, and saved with the checkpoints
+        # step on every rank, and saved with the checkpoints (as JSON, ``training.state``)
         self.module, self.optimizer = self.accelerator.prepare(module, optimizer)
         self.scheduler = scheduler
-        self.accelerator.register_for_checkpointing(self.scheduler)
         self.step = 0
 
     # ------------------------------------------------------------------ loop
@@ -205,7 +230,7 @@ class Trainer:
         if resume:
             self._resume(stream)
         bar = tqdm(total=config.max_steps, initial=self.step, desc="train", disable=not accelerator.is_local_main_process)
-        log = open(self.output_dir / "log.jsonl", "a", encoding="utf-8") if accelerator.is_main_process else None
+        log = open(self.output_dir / LOG_FILE, "a", encoding="utf-8") if accelerator.is_main_process else None
         started, last = time.perf_counter(), {}
         self.module.train()
         while self.step < config.max_steps:
@@ -242,12 +267,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ saving
     def export(self, directory: Path) -> None:
-        """What inference needs: the phrase encoder, plus the LM's adapter or weights if they trained."""
+        """What inference needs, in one atomic save: the phrase encoder, plus the LM's adapter or weights if they trained."""
         self.accelerator.wait_for_everyone()
-        if not self.accelerator.is_main_process:
-            return
+        if self.accelerator.is_main_process:
+            with atomic_directory(directory) as staging:
+                self._write_export(staging)
+
+    def _write_export(self, directory: Path) -> None:
         model = self.accelerator.unwrap_model(self.module).model
-        model.save_pretrained(directory)
+        write_model_files(model, directory)
         if self.config.mode == "lora":
             model.lm.save_pretrained(directory / LM_ADAPTER)
         elif self.config.mode == "full":
@@ -256,24 +284,38 @@ class Trainer:
         self.config.save(directory)
 
     def save_checkpoint(self, directory: Path) -> None:
-        """Everything for an exact resume: model, optimizer, scheduler, RNG, sampler and negatives state."""
+        """Everything for an exact resume, written atomically; complete once its manifest is there (written last).
+
+        Each process's RNG and negatives state is gathered to the main process, which writes
+        the folder alone; older checkpoints beyond ``save_total_limit`` are then removed.
+        """
         accelerator = self.accelerator
-        self.export(directory)
-        accelerator.wait_for_everyone()  # the export has replaced the directory: now every rank may write into it
-        accelerator.save_state(directory / "state")
-        with open(directory / negatives_file(accelerator.process_index), "wb") as f:
-            pickle.dump(self.negatives.state_dict(), f)
+        states = gather_object([rank_state(self.negatives)])
+        accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            state = {"step": self.step, "num_processes": accelerator.num_processes}
-            (directory / "trainer_state.json").write_text(json.dumps(state))
+            log = self.output_dir / LOG_FILE
+            trainer_state = {
+                "step": self.step, "num_processes": accelerator.num_processes,
+                "log_bytes": log.stat().st_size if log.exists() else 0,
+            }
+            with atomic_directory(directory) as staging:
+                self._write_export(staging)
+                save_trainable(staging, accelerator.unwrap_model(self.module))
+                save_optimizer(staging, self.optimizer, self.scheduler)
+                save_rank_states(staging, states)
+                (staging / TRAINER_STATE).write_text(json.dumps(trainer_state), encoding="utf-8")
+            rotate_checkpoints(self.output_dir, self.config.save_total_limit)
         accelerator.wait_for_everyone()
 
     def _resume(self, stream: Iterator) -> None:
-        checkpoints = sorted(self.output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        """Continue from the newest complete checkpoint; the log is cut back to what that checkpoint had seen."""
+        checkpoints = complete_checkpoints(self.output_dir)
         if not checkpoints:
-            raise FileNotFoundError(f"no checkpoint-* in {self.output_dir} to resume from; drop --resume to start fresh")
-        latest = checkpoints[-1]
-        state = json.loads((latest / "trainer_state.json").read_text())
+            raise FileNotFoundError(
+                f"no complete checkpoint-* in {self.output_dir} to resume from; drop --resume to start fresh"
+            )
+        latest = checkpoints[0]
+        state = json.loads((latest / TRAINER_STATE).read_text(encoding="utf-8"))
         saved, now = state.get("num_processes", 1), self.accelerator.num_processes
         if saved != now:
             raise ValueError(
@@ -281,16 +323,24 @@ class Trainer:
                 f"the RNG and negatives state are split by process, so resume with --num_processes {saved} "
                 "(keeping --batch-size), or start a new --output-dir"
             )
-        self.accelerator.load_state(latest / "state")
-        self.step = state["step"]
-        with open(latest / negatives_file(self.accelerator.process_index), "rb") as f:
-            self.negatives.load_state_dict(pickle.load(f))
+        self.load_checkpoint(latest)
         for _ in range(self.step * self.config.grad_accum):
             next(stream)
         if self.accelerator.is_main_process:
+            self._truncate_log(state["log_bytes"])
             logger.info("resumed from %s at step %d", latest, self.step)
 
+    def load_checkpoint(self, directory: Path) -> dict:
+        """Put this process's trainable weights, optimizer, scheduler, RNG and negatives state back; returns the trainer state."""
+        state = json.loads((directory / TRAINER_STATE).read_text(encoding="utf-8"))
+        load_trainable(directory, self.accelerator.unwrap_model(self.module))
+        load_optimizer(directory, self.optimizer, self.scheduler)
+        restore_rank_state(*load_rank_state(directory, self.accelerator.process_index), self.negatives)
+        self.step = state["step"]
+        return state
 
-def negatives_file(process_index: int) -> str:
-    """The negatives state of one rank in a checkpoint (``negatives.pkl`` for the main one, as on one process)."""
-    return "negatives.pkl" if process_index == 0 else f"negatives-{process_index}.pkl"
+    def _truncate_log(self, size: int) -> None:
+        """Drop log lines written after the checkpoint (they are trained again), in place: one truncate, no rewrite."""
+        log = self.output_dir / LOG_FILE
+        if log.exists() and log.stat().st_size > size:
+            os.truncate(log, size)

@@ -219,3 +219,23 @@ def test_continuations_end_at_their_first_end_of_text_token_which_counts_as_a_st
                                     eos_token_id=stop)
     assert padded[0] == free[0][: first + 1] and padded[1] == free[1][: len(padded[1])]
     assert len(tokenizer.decode(padded[1])) >= budget > len(tokenizer.decode(padded[1][:-1]))
+
+
+def test_a_plain_forward_applies_the_per_row_phrase_sets(model, tokenizer):
+    model.set_phrases([[" New York City"], [" of the", " the United States"]])
+    ids = tokenizer(["He lives in", "The capital of"], return_tensors="pt", padding=True).input_ids
+    phrase_logits = model(ids).logits[:, -1, model.vocab_size :]
+    first, second, third = (model.phrase_table.id_of(p) - model.vocab_size for p in
+                            (" New York City", " of the", " the United States"))
+    assert torch.isfinite(phrase_logits[0, first]) and torch.isinf(phrase_logits[0, [second, third]]).all()
+    assert torch.isinf(phrase_logits[1, first]) and torch.isfinite(phrase_logits[1, [second, third]]).all()
+
+
+def test_add_phrases_after_per_row_sets_gives_the_new_phrase_to_every_row(model):
+    model.set_phrases([[" New York City"], [" of the"]])
+    model.add_phrases([" the United States"], mid_sentence_forms=False)
+    new = model.phrase_table.id_of(" the United States") - model.vocab_size
+    old = [model.phrase_table.id_of(p) - model.vocab_size for p in (" New York City", " of the")]
+    masks = model._default_row_mask(2)
+    assert masks[:, new].all()
+    assert masks[0, old].tolist() == [True, False] and masks[1, old].tolist() == [False, True]

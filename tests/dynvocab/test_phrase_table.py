@@ -13,8 +13,8 @@ def model(llama, tokenizer):
     "bad, message",
     [
         (42, "must be a str or dynvocab.Phrase"),
-        ("", "empty or whitespace-only"),
-        ("   ", "empty or whitespace-only"),
+        ("", "empty or only whitespace"),
+        ("   ", "empty or only whitespace"),
         (" the", "single token"),
         (" one two three four five six seven eight nine", "more than max_phrase_tokens=8"),
     ],

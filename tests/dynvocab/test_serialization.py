@@ -24,7 +24,7 @@ def test_round_trip_restores_every_tensor_and_writes_only_our_files(trained, bas
     fresh_base = copy.deepcopy(base_model)
     trained.save_pretrained(tmp_path / "ckpt")
     assert sorted(os.listdir(tmp_path / "ckpt")) == [
-        "dynvocab_config.json", "phrase_encoder.safetensors", "phrase_encoder_config.json"
+        "dynvocab_config.json", "dynvocab_manifest.json", "phrase_encoder.safetensors", "phrase_encoder_config.json"
     ]
     loaded = DynamicVocabLM.from_pretrained(tmp_path / "ckpt", fresh_base, tokenizer).eval()
     expected = trained.phrase_encoder.state_dict()
@@ -79,3 +79,10 @@ def test_unknown_arguments_are_refused(trained, llama, tokenizer, tmp_path):
     trained.save_pretrained(tmp_path / "ckpt")
     with pytest.raises(TypeError, match="device_map"):
         DynamicVocabLM.from_pretrained(tmp_path / "ckpt", llama, tokenizer, device_map="auto")
+
+
+def test_a_base_lm_with_another_vocabulary_size_is_refused(trained, tokenizer, tmp_path):
+    trained.save_pretrained(tmp_path / "ckpt")
+    bigger = tiny_llama(len(tokenizer) + 8)
+    with pytest.raises(ValueError, match=f"vocabulary size {len(tokenizer) + 8}"):
+        DynamicVocabLM.from_pretrained(tmp_path / "ckpt", bigger, tokenizer)

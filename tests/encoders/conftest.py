@@ -6,27 +6,14 @@ import copy
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
-WORDS = (
-    "[PAD] [UNK] [CLS] [SEP] [MASK] the a an cat cats dog dogs sat on mat tower paris is in of and run ##s ##ing "
-    "eiffel river city bank money water . , !"
-).split()
+from tests.tiny_mlm import WORDS, tiny_mlm_tokenizer
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {word: i for i, word in enumerate(WORDS)}
-    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]"
-    )
+    return tiny_mlm_tokenizer()
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ def test_save_load_round_trip(tmp_path, clustered, kind):
     index = DocumentIndex.build(documents, vectors=vectors, index_type=kind)
     index.save(tmp_path / "index")
     assert sorted(os.listdir(tmp_path)) == ["index"]  # no staging folder left behind
-    assert sorted(os.listdir(tmp_path / "index")) == ["index.faiss", "metadata.json"]
+    assert sorted(os.listdir(tmp_path / "index")) == ["dynvocab_manifest.json", "index.faiss", "metadata.json"]
     loaded = DocumentIndex.load(tmp_path / "index")
     assert loaded.kind == kind and loaded.documents == documents and loaded.search_param == index.search_param
     assert loaded.config == index.config

@@ -65,7 +65,7 @@ CASES = [
      ValueError, "every target is -100"),
     (lambda: nar_loss(torch.randn(1, 4), torch.randn(1, 2, 4), torch.randn(5, 4), torch.zeros(1, 3, dtype=torch.long), 1),
      ValueError, "must be (B, s) = (1, 2)"),
-    (lambda: local_or_hub("/nonexistent/encoder"), FileNotFoundError, "encoder path '/nonexistent/encoder' does not exist"),
+    (lambda: local_or_hub("/nonexistent/encoder"), FileNotFoundError, "path '/nonexistent/encoder' does not exist"),
     (lambda: read_docids("/nonexistent/docids.txt"), FileNotFoundError, "is neither 'wikipedia' nor a file"),
     (lambda: nar_search("/nonexistent/run", ["q"], False, 10, 20), FileNotFoundError, "pass the --output-dir of"),
 ]

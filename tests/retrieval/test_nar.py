@@ -59,7 +59,7 @@ def test_training_lowers_the_loss_and_resumes_exactly(setup, tmp_path):
     finished = {k: v.clone() for k, v in straight.model.state_dict().items()}
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     files = {p.name for p in (tmp_path / "checkpoint-2").iterdir()}
-    assert files == {"manifest.json", "model.safetensors", "optimizer.safetensors", "rng.safetensors", "nar_train_config.json"}
+    assert files == {"dynvocab_manifest.json", "manifest.json", "model.safetensors", "optimizer.safetensors", "rng.safetensors", "nar_train_config.json"}
     shutil.rmtree(tmp_path / "checkpoint-4")  # as if the run had been killed after step 3
     again = trainer(vocab, config, targets, tmp_path, 4)
     again.train(resume=True)

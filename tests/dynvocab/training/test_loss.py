@@ -1,10 +1,11 @@
 import math
 
+import pytest
 import torch
 
 from dynvocab import DynamicVocabLM
 from dynvocab.training.batching import collate
-from dynvocab.training.loss import aligned_kl, dynamic_vocab_loss, encode_phrase_set
+from dynvocab.training.loss import LossWeights, aligned_kl, dynamic_vocab_loss, encode_phrase_set, weighted_total
 from dynvocab.training.samples import MixedSample
 
 V = 10
@@ -63,3 +64,11 @@ def test_frozen_lm_gets_no_gradient_but_the_encoder_does(llama, tokenizer):
     assert all(p.grad is None for p in model.lm.parameters())
     assert model.phrase_encoder.head[0].weight.grad.abs().sum() > 0
     assert set(terms) == {"loss", "phrase", "token", "kl"}
+
+
+@pytest.mark.parametrize("train_lm", [True, False])
+def test_the_total_loss_weighs_each_term_and_drops_the_token_term_for_a_frozen_lm(train_lm):
+    terms = {"phrase": torch.tensor(1.5), "token": torch.tensor(2.0), "kl": torch.tensor(0.25)}
+    total = weighted_total(terms, LossWeights(phrase=2.0, token=3.0, kl=5.0), train_lm)
+    expected = 2.0 * 1.5 + (3.0 * 2.0 if train_lm else 0.0) + 5.0 * 0.25
+    assert float(total) == pytest.approx(expected)

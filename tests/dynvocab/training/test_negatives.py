@@ -1,4 +1,5 @@
 import copy
+import json
 
 import pytest
 import torch
@@ -187,7 +188,7 @@ def test_negative_sampler_state_dict_resumes_exactly():
     sampler = NegativeSampler(["pre-batch", "prefix"], num_prebatches=2, max_negatives=2, seed=1)
     for batch in batches[:4]:
         sampler(batch)
-    state = sampler.state_dict()
+    state = json.loads(json.dumps(sampler.state_dict()))  # a checkpoint keeps it as JSON, never pickled
     expected = [sampler(batch) for batch in batches[4:]]
     resumed = NegativeSampler(["pre-batch", "prefix"], num_prebatches=2, max_negatives=2, seed=99)
     resumed.load_state_dict(state)

@@ -1,0 +1,56 @@
+"""The command line's bad-input catalogue: a user error prints one line naming it and exits 2, never a traceback."""
+
+import pytest
+
+from dynvocab.cli import main
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    path = tmp_path / "a-file"
+    path.write_text("x")
+    return path
+
+
+CASES = [
+    ("train an unknown mode", ["train", "--mode", "half"], "mode='half'"),
+    ("train zero steps", ["train", "--max-steps", "0"], "max_steps=0 must be >= 1"),
+    ("train an unknown negative", ["train", "--negatives", "prefix,psychic"], "psychic"),
+    ("train a held-out share of 2", ["train", "--held-out", "2"], "fraction"),
+    ("train a negative checkpoint limit", ["train", "--save-total-limit", "-1"], "keeps every checkpoint"),
+    ("train a missing data file", ["train", "--data", "/no/such/corpus.jsonl", "--model", "/no/such/lm"], "corpus.jsonl"),
+    ("train a missing model path", ["train", "--model", "./no/such/lm", "--data", "{a_file}"], "does not exist"),
+    ("train-mwt zero steps", ["train-mwt", "--max-steps", "0"], "max_steps"),
+    ("index a missing data file", ["index", "--data", "/no/such/docs.jsonl", "--output", "{tmp}/idx"], "does not exist"),
+    ("index a missing encoder path", ["index", "--data", "{a_file}", "--output", "{tmp}/idx", "--encoder", "./no/enc"],
+     "does not exist"),
+    ("generate a missing index", ["generate", "--index", "/no/such/index", "--prompt", "Hi"], "no saved index"),
+    ("generate top-k 0", ["generate", "--index", "/no/such/index", "--prompt", "Hi", "--top-k", "0"], "top_k=0"),
+    ("generate a temperature of 0", ["generate", "--index", "/x", "--prompt", "Hi", "--temperature", "0"], "temperature"),
+    ("generate min > max length", ["generate", "--index", "/x", "--prompt", "Hi", "--min-length", "5", "--max-length",
+                                   "2"], "min_length=5 > max_length=2"),
+    ("eval an unknown system", ["eval", "--systems", "bare,psychic"], "psychic"),
+    ("eval an unknown system option", ["eval", "--systems", "dynamic:readback=bytes"], "readback"),
+    ("eval no systems", ["eval", "--systems", ""], "names no system"),
+    ("demo zero prompts", ["demo", "--prompts", "0"], "must be >= 1"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_user_error_prints_one_line_and_exits_2(argv, fragment, a_file, tmp_path, capsys):
+    argv = [a.format(a_file=a_file, tmp=tmp_path) for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    message = [line for line in err.splitlines() if line.startswith("dynvocab") or "error:" in line]
+    assert message and fragment in message[-1], err
+
+
+@pytest.mark.parametrize("argv", [["no-such-command"], ["train", "--max-steps", "many"], ["index"]])
+def test_argument_errors_exit_2_from_the_parser(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err

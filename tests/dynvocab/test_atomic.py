@@ -1,0 +1,138 @@
+"""Fault injection on the one directory swap: a save interrupted at any step leaves a complete copy that loads."""
+
+import copy
+import os
+
+import pytest
+import torch
+
+from dynvocab import DynamicVocabLM, atomic
+from dynvocab.atomic import MANIFEST, atomic_directory, read_manifest, recover, verify
+
+
+def write(directory, text):
+    (directory / "payload.txt").write_text(text)
+    (directory / "sub").mkdir()
+    (directory / "sub" / "more.txt").write_text(text * 2)
+
+
+def test_a_save_writes_its_manifest_last_and_it_checks(tmp_path):
+    with atomic_directory(tmp_path / "out") as staging:
+        write(staging, "one")
+    assert set(read_manifest(tmp_path / "out")) == {"payload.txt", "sub/more.txt"}
+    verify(tmp_path / "out")
+    (tmp_path / "out" / "sub" / "more.txt").write_text("edited")
+    with pytest.raises(ValueError, match="more.txt does not match"):
+        verify(tmp_path / "out")
+
+
+def test_files_the_library_did_not_write_are_kept_across_saves(tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "notes.md").write_text("mine")
+    (target / "data").mkdir()
+    (target / "data" / "corpus.txt").write_text("my corpus")
+    for text in ("one", "two"):
+        with atomic_directory(target) as staging:
+            write(staging, text)
+    assert (target / "notes.md").read_text() == "mine"
+    assert (target / "data" / "corpus.txt").read_text() == "my corpus"
+    assert (target / "payload.txt").read_text() == "two"
+    assert "notes.md" not in read_manifest(target)
+
+
+def test_a_save_that_would_overwrite_a_user_file_is_refused_and_changes_nothing(tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "payload.txt").write_text("the user's own")
+    with pytest.raises(ValueError, match="payload.txt is not a file an earlier dynvocab save wrote"):
+        with atomic_directory(target) as staging:
+            write(staging, "one")
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    assert (target / "payload.txt").read_text() == "the user's own"
+
+
+def test_a_body_that_raises_leaves_the_old_copy(tmp_path):
+    with atomic_directory(tmp_path / "out") as staging:
+        write(staging, "one")
+    with pytest.raises(RuntimeError):
+        with atomic_directory(tmp_path / "out") as staging:
+            write(staging, "two")
+            raise RuntimeError("disk full")
+    assert (tmp_path / "out" / "payload.txt").read_text() == "one"
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+@pytest.mark.parametrize("failing_calls", [{1}, {2}, {2, 3}], ids=["set-aside", "swap-in", "swap-in-and-roll-back"])
+def test_os_replace_failing_at_each_step_of_the_swap_keeps_a_complete_copy(tmp_path, monkeypatch, failing_calls):
+    with atomic_directory(tmp_path / "out") as staging:
+        write(staging, "one")
+    real_replace, calls = os.replace, []
+
+    def flaky_replace(source, destination):
+        calls.append((source, destination))
+        if len(calls) in failing_calls:
+            raise OSError("injected failure")
+        return real_replace(source, destination)
+
+    monkeypatch.setattr(atomic.os, "replace", flaky_replace)
+    with pytest.raises(OSError, match="injected"):
+        with atomic_directory(tmp_path / "out") as staging:
+            write(staging, "two")
+    monkeypatch.setattr(atomic.os, "replace", real_replace)
+    recover(tmp_path / "out")
+    verify(tmp_path / "out")
+    assert (tmp_path / "out" / "payload.txt").read_text() == "one"
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def _killed_between_the_renames(tmp_path, new_copy_finished: bool):
+    """The state a kill -9 leaves after ``target -> retired`` and before ``staging -> target``."""
+    with atomic_directory(tmp_path / "out") as staging:
+        write(staging, "old")
+    with atomic_directory(tmp_path / "new") as staging:
+        write(staging, "new")
+    if not new_copy_finished:
+        (tmp_path / "new" / MANIFEST).unlink()
+    os.replace(tmp_path / "new", tmp_path / ".out.dynvocab-staging-abc")
+    os.replace(tmp_path / "out", tmp_path / ".out.dynvocab-retired-abc")
+
+
+@pytest.mark.parametrize(("new_copy_finished", "expected"), [(True, "new"), (False, "old")])
+def test_a_kill_between_the_two_renames_is_recovered_by_the_next_load(tmp_path, new_copy_finished, expected):
+    _killed_between_the_renames(tmp_path, new_copy_finished)
+    assert not (tmp_path / "out").exists()
+    recover(tmp_path / "out")
+    verify(tmp_path / "out")
+    assert (tmp_path / "out" / "payload.txt").read_text() == expected
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_from_pretrained_recovers_a_model_save_killed_mid_swap(llama, tokenizer, tmp_path):
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.save_pretrained(tmp_path / "model")
+    os.replace(tmp_path / "model", tmp_path / ".model.dynvocab-retired-xyz")
+    loaded = DynamicVocabLM.from_pretrained(tmp_path / "model", copy.deepcopy(llama), tokenizer)
+    for name, tensor in model.phrase_encoder.trainable_state_dict().items():
+        assert torch.equal(loaded.phrase_encoder.trainable_state_dict()[name], tensor)
+
+
+def test_save_pretrained_keeps_the_users_other_files(llama, tokenizer, tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "README.md").write_text("my notes")
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.save_pretrained(tmp_path / "model")
+    model.save_pretrained(tmp_path / "model")
+    assert (tmp_path / "model" / "README.md").read_text() == "my notes"
+
+
+def test_a_folder_being_deleted_is_never_restored(tmp_path):
+    with atomic_directory(tmp_path / "out") as staging:
+        write(staging, "old")
+    atomic.remove_directory(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # a kill during the deletion leaves a renamed, half-deleted folder: the next recover removes it, never restores it
+    (tmp_path / ".out.dynvocab-deleting-123").mkdir()
+    (tmp_path / ".out.dynvocab-deleting-123" / "payload.txt").write_text("half")
+    recover(tmp_path / "out")
+    assert os.listdir(tmp_path) == []
