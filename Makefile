@@ -37,7 +37,8 @@ bench: assets
 # mutation testing of the core (mutmut 3, settings in pyproject.toml); minutes to hours, so not part of `make test`
 mutation: assets
 	rm -rf mutants
-	DYNVOCAB_ASSETS=$(CURDIR)/.cache/assets $(OFFLINE) $(BIN)/mutmut run --max-children 2
+	# one torch thread: mutmut forks a warm process per mutant, and a forked OpenMP pool deadlocks
+	OMP_NUM_THREADS=1 DYNVOCAB_ASSETS=$(CURDIR)/.cache/assets $(OFFLINE) $(BIN)/mutmut run --max-children 2
 	$(BIN)/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
 
 clean:
