@@ -34,14 +34,20 @@ def tiny_gpt2(vocab_size: int, seed: int = 0) -> GPT2LMHeadModel:
 WORDS = "the cat sat on a mat dog ran to red blue big small and it was".split()
 
 
-def word_tokenizer(padding_side: str = "right"):
-    """Word-level tokenizer over ``WORDS`` (ids 4..), pad 0, bos 1, eos 2, unk 3."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+def word_tokenizer(padding_side: str = "right", *, words=WORDS, adds_bos: bool = False, cleans_up_spaces: bool = False):
+    """Word-level tokenizer over ``words`` (ids 4..), pad 0, bos 1, eos 2, unk 3.
+
+    ``adds_bos``: like Llama's, it puts ``<s>`` first unless ``add_special_tokens=False``.
+    ``cleans_up_spaces``: like BERT's, its ``decode`` drops the space before punctuation ("cat ." -> "cat.").
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(["<pad>", "<s>", "</s>", "<unk>", *WORDS])}
+    vocab = {tok: i for i, tok in enumerate(["<pad>", "<s>", "</s>", "<unk>", *words])}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if adds_bos:
+        backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token="<pad>",
@@ -49,6 +55,7 @@ def word_tokenizer(padding_side: str = "right"):
         eos_token="</s>",
         unk_token="<unk>",
         padding_side=padding_side,
+        clean_up_tokenization_spaces=cleans_up_spaces,
     )
 
 

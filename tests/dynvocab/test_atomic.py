@@ -130,9 +130,51 @@ def test_a_folder_being_deleted_is_never_restored(tmp_path):
     with atomic_directory(tmp_path / "out") as staging:
         write(staging, "old")
     atomic.remove_directory(tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    assert os.listdir(tmp_path) == []
     # a kill during the deletion leaves a renamed, half-deleted folder: the next recover removes it, never restores it
     (tmp_path / ".out.dynvocab-deleting-123").mkdir()
     (tmp_path / ".out.dynvocab-deleting-123" / "payload.txt").write_text("half")
     recover(tmp_path / "out")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["[]", '{"format": "dynvocab.manifest", "files": []}', '{"format": "other", "files": {}}'],
+    ids=["not-an-object", "files-not-an-object", "another-format"],
+)
+def test_a_manifest_that_is_not_ours_is_refused_naming_the_file(tmp_path, content):
+    with atomic_directory(tmp_path / "out") as staging:
+        write(staging, "one")
+    (tmp_path / "out" / MANIFEST).write_text(content)
+    with pytest.raises(ValueError, match=f"out/{MANIFEST} is not a dynvocab manifest; save the folder again"):
+        verify(tmp_path / "out")
+
+
+def test_a_file_that_fails_verification_is_named_with_how_to_fix_it(tmp_path):
+    with atomic_directory(tmp_path / "out") as staging:
+        write(staging, "one")
+    (tmp_path / "out" / "payload.txt").write_text("two")
+    fix = "the file was edited, truncated or corrupted after it was saved; restore it or save the folder again"
+    with pytest.raises(ValueError, match=f"payload.txt does not match .*: {fix}$"):
+        verify(tmp_path / "out")
+    (tmp_path / "out" / "payload.txt").unlink()
+    with pytest.raises(ValueError, match=f"payload.txt is missing though {MANIFEST} lists it; {fix}$"):
+        verify(tmp_path / "out")
+
+
+def test_user_files_are_copied_over_where_hard_links_are_refused(tmp_path, monkeypatch):
+    target = tmp_path / "out"
+    (target / "data").mkdir(parents=True)
+    (target / "notes.md").write_text("mine")
+    (target / "data" / "corpus.txt").write_text("my corpus")
+
+    def no_hard_links(source, destination):
+        raise OSError("hard links are not supported here")  # a FAT or network drive, or another device
+
+    monkeypatch.setattr(atomic.os, "link", no_hard_links)
+    with atomic_directory(target) as staging:
+        write(staging, "one")
+    assert (target / "notes.md").read_text() == "mine"
+    assert (target / "data" / "corpus.txt").read_text() == "my corpus"
+    assert (target / "payload.txt").read_text() == "one"

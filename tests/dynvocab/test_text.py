@@ -1,6 +1,9 @@
 import pytest
 
 from dynvocab import DynamicVocabLM, Phrase
+from dynvocab.phrase_table import PhraseTable
+from dynvocab.text import PhraseAwareDecoder, Segment, decode, segments, tokenize
+from tests.helpers import WORDS, word_tokenizer
 
 TEXT = "The city of New York is in the United States. Most of the people of the city live in the boroughs."
 
@@ -40,3 +43,57 @@ def test_tokenize_for_one_row_uses_only_its_phrases(model):
 def test_decode_rejects_unknown_ids(model):
     with pytest.raises(ValueError, match="past the vocabulary"):
         model.decode([model.vocab_size + 99])
+    with pytest.raises(ValueError, match="past the vocabulary"):  # the first id after the last phrase
+        model.decode([model.vocab_size + len(model.phrase_table)])
+
+
+def test_segments_give_each_phrase_its_text_and_source_and_each_token_run_its_text(model):
+    assert model.segments(model.tokenize("The city of New York is in the United States.")) == [
+        Segment("The city of", False),
+        Segment(" New York is in", True),
+        Segment(" the United States", True),
+        Segment(".", False),
+    ]
+    assert model.segments(model.tokenize("Most of the people")) == [
+        Segment("Most", False), Segment(" of the", True, "doc-7"), Segment(" people", False)
+    ]
+
+
+def _table(tokenizer, phrases):
+    table = PhraseTable(tokenizer, len(tokenizer))
+    table.add(phrases)
+    return table
+
+
+def test_a_table_of_one_phrase_is_used():
+    tokenizer = word_tokenizer()
+    table = _table(tokenizer, ["the cat"])
+    sat = tokenizer.convert_tokens_to_ids("sat")
+    assert tokenize("the cat sat", tokenizer, table) == [table.vocab_size, sat]
+
+
+def test_tokenize_adds_no_special_tokens_even_with_a_tokenizer_that_puts_bos_first():
+    tokenizer = word_tokenizer(adds_bos=True)
+    table = _table(tokenizer, ["the cat"])
+    ids = tokenize("the cat sat on a mat", tokenizer, table)
+    assert ids == [table.vocab_size, *tokenizer("sat on a mat", add_special_tokens=False)["input_ids"]]
+
+
+def test_decoded_text_keeps_its_spaces_with_a_tokenizer_that_cleans_them_up():
+    tokenizer = word_tokenizer(words=[*WORDS, "."], cleans_up_spaces=True)
+    table = _table(tokenizer, ["the cat"])
+    ids = tokenize("a dog ran .", tokenizer, table)
+    assert decode(ids, tokenizer, table) == "a dog ran ."
+    assert segments(ids, tokenizer, table) == [Segment("a dog ran .", False)]
+
+
+def test_special_tokens_are_kept_unless_skipping_them_is_asked_for(tokenizer):
+    table = _table(tokenizer, [" New York"])
+    ids = tokenize("I live in New York", tokenizer, table) + [tokenizer.eos_token_id]
+    streamer_decoder = PhraseAwareDecoder(tokenizer, table)
+    for kept in (decode(ids, tokenizer, table), streamer_decoder.decode(ids)):
+        assert kept == "I live in New York<|endoftext|>"
+    assert segments(ids, tokenizer, table)[-1] == Segment("<|endoftext|>", False)
+    for skipped in (decode(ids, tokenizer, table, True), streamer_decoder.decode(ids, skip_special_tokens=True)):
+        assert skipped == "I live in New York"
+    assert segments(ids, tokenizer, table, skip_special_tokens=True)[-1] == Segment(" New York", True)

@@ -5,7 +5,15 @@ import torch
 
 from dynvocab import DynamicVocabLM
 from dynvocab.training.batching import collate
-from dynvocab.training.loss import LossWeights, aligned_kl, dynamic_vocab_loss, encode_phrase_set, weighted_total
+from dynvocab.training.loss import (
+    LossWeights,
+    aligned_kl,
+    dynamic_vocab_loss,
+    encode_phrase_set,
+    next_item_loss,
+    term_counts,
+    weighted_total,
+)
 from dynvocab.training.samples import MixedSample
 
 V = 10
@@ -72,3 +80,62 @@ def test_the_total_loss_weighs_each_term_and_drops_the_token_term_for_a_frozen_l
     total = weighted_total(terms, LossWeights(phrase=2.0, token=3.0, kl=5.0), train_lm)
     expected = 2.0 * 1.5 + (3.0 * 2.0 if train_lm else 0.0) + 5.0 * 0.25
     assert float(total) == pytest.approx(expected)
+
+
+def test_next_item_loss_scores_each_next_id_and_ignores_padding():
+    ids = torch.tensor([[1, 2, 3], [3, 1, 0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    logits = torch.full((2, 3, 4), 5.0)  # the last position and padding: anything
+    for row, position, target in [(0, 0, 2), (0, 1, 3), (1, 0, 1)]:  # each next id gets p = 3 / (3 + 1 + 1 + 1)
+        logits[row, position] = 0.0
+        logits[row, position, target] = math.log(3.0)
+    logits[1, 1] = torch.tensor([-9.0, 9.0, 9.0, 9.0])  # predicts the padding id 0 badly: must not count
+    assert float(next_item_loss(logits, ids, mask)) == pytest.approx(math.log(2.0))
+
+
+def test_kl_skips_padding_and_the_last_item_of_each_row():
+    samples = [MixedSample([1, 2, 3, 0], [(1, 3)]), MixedSample([1, 2], [])]  # mixed rows [1, P0, 0] and [1, 2, pad]
+    batch = collate(samples, negatives=[], vocab_size=4)
+    token_logits = torch.zeros(2, 4, 4)
+    token_logits[0, 2] = torch.tensor([0.0, 0.0, 0.0, math.log(3.0)])  # after "1 2 3": p = (1/6, 1/6, 1/6, 1/2)
+    token_logits[1, 1:] = torch.tensor([9.0, 0.0, 0.0, 0.0])  # after row 1's last token, and padding: no next item
+    mixed_logits = torch.zeros(2, 3, 5)
+    mixed_logits[1, 1:, :4] = torch.tensor([0.0, 0.0, 0.0, 9.0])
+    kl = aligned_kl(mixed_logits, token_logits, batch, vocab_size=4)
+    # three positions count: row 0 at 0 and 1 (the phrase, against p), row 1 at 0; all but one agree exactly
+    p = torch.tensor([1 / 6, 1 / 6, 1 / 6, 1 / 2])
+    torch.testing.assert_close(kl, (p * (p / 0.25).log()).sum() / 3)
+
+
+def test_term_counts_are_the_positions_that_have_a_next_item():
+    samples = [MixedSample([1, 2, 3, 4, 5, 6], [(1, 3)]), MixedSample([7, 8, 9], [])]
+    counts = term_counts(collate(samples, negatives=[], vocab_size=V))
+    # mixed rows have 5 and 3 items, token rows 6 and 3 tokens
+    assert {name: int(count) for name, count in counts.items()} == {"phrase": 4 + 2, "token": 5 + 2, "kl": 4 + 2}
+
+
+def _two_rows(model, in_batch=True):
+    samples = [MixedSample(list(range(100, 110)), [(2, 4)]), MixedSample(list(range(200, 210)), [(5, 8)])]
+    return collate(samples, negatives=[(103, 104, 105)], vocab_size=model.vocab_size, in_batch=in_batch)
+
+
+def test_by_default_the_lm_trains_on_all_three_terms_and_a_frozen_one_keeps_no_graph(llama, tokenizer):
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer)
+    terms = dynamic_vocab_loss(model, _two_rows(model))
+    loss, phrase, token, kl = (float(terms[name].detach()) for name in ("loss", "phrase", "token", "kl"))
+    assert loss == pytest.approx(phrase + token + kl)
+    assert terms["token"].requires_grad
+    frozen = dynamic_vocab_loss(model, _two_rows(model), train_lm=False)
+    loss, phrase, kl = (float(frozen[name].detach()) for name in ("loss", "phrase", "kl"))
+    assert loss == pytest.approx(phrase + kl)
+    assert not frozen["token"].requires_grad  # the token view ran without autograd, though the LM's weights need grad
+
+
+def test_without_in_batch_negatives_a_row_competes_only_with_its_own_phrases(llama, tokenizer):
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    with torch.no_grad():
+        shared = dynamic_vocab_loss(model, _two_rows(model, in_batch=True))
+        own = dynamic_vocab_loss(model, _two_rows(model, in_batch=False))
+    # fewer phrases in each row's softmax: every gold id gets more probability, the token view is the same
+    assert float(own["phrase"]) < float(shared["phrase"])
+    assert float(own["token"]) == float(shared["token"])

@@ -1,0 +1,14 @@
+"""The exact phrase scorer: one dot product per phrase, masked phrases at -inf."""
+
+import torch
+
+from dynvocab.scoring import DotProductScorer
+
+
+def test_scores_are_dot_products_in_the_hidden_states_dtype_with_masked_phrases_at_minus_inf():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, -1.0]]])  # (B=1, T=2, d=2), float32
+    vectors = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]], dtype=torch.bfloat16)  # a bf16 table
+    scores = DotProductScorer()(hidden, vectors, torch.tensor([[True, False, True]]))
+    assert scores.dtype == torch.float32
+    inf = float("inf")
+    assert scores.tolist() == [[[1.0, -inf, 6.0], [3.0, -inf, 4.0]]]
