@@ -21,7 +21,7 @@ from .config import DynamicVocabConfig
 from .agreement import PhraseAgreement
 from .phrase_encoder import PhraseEncoder, unwrap_model
 from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
-from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
+from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
 from .serialization import load, save, tokenizer_fingerprint
@@ -401,7 +401,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``segments``. ``no_repeat_ngram_size`` and ``repetition_penalty`` count a phrase
         as the tokens it spells (``dynvocab.repetition``), so a phrase cannot loop;
         ``phrase_agreement_top_k=k`` lets a phrase start only with one of the LM's top-k
-        tokens (``dynvocab.agreement``).
+        tokens (``dynvocab.agreement``); ``phrase_max_uses=n`` emits each phrase at most
+        ``n`` times per row.
         """
         self._cached_vectors()
         kwargs = self._phrase_aware_repetition(kwargs)
@@ -417,10 +418,11 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         return super().generate(*args, **kwargs)
 
     def _phrase_aware_repetition(self, kwargs: dict) -> dict:
-        """Swap ``no_repeat_ngram_size`` / ``repetition_penalty`` / ``phrase_agreement_top_k`` for ``phrase_logits_processors``."""
+        """Swap ``no_repeat_ngram_size`` / ``repetition_penalty`` / ``phrase_agreement_top_k`` / ``phrase_max_uses``
+        for ``phrase_logits_processors``."""
         processors = self.phrase_logits_processors(
             kwargs.pop("no_repeat_ngram_size", None), kwargs.pop("repetition_penalty", None),
-            kwargs.pop("phrase_agreement_top_k", None),
+            kwargs.pop("phrase_agreement_top_k", None), kwargs.pop("phrase_max_uses", None),
         )
         if processors:
             kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), *processors])
@@ -428,11 +430,13 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     def phrase_logits_processors(
         self, no_repeat_ngram_size: int | None = None, repetition_penalty: float | None = None,
-        phrase_agreement_top_k: int | None = None,
+        phrase_agreement_top_k: int | None = None, phrase_max_uses: int | None = None,
     ) -> LogitsProcessorList:
         """The phrase-aware processors for these settings (None or off: left out), over the current phrase table."""
         token_ids, vocab = self.phrase_table.token_ids, self.vocab_size
         processors = [PhraseAgreement(phrase_agreement_top_k, vocab, token_ids)] if phrase_agreement_top_k else []
+        if phrase_max_uses:
+            processors.append(PhraseMaxUses(phrase_max_uses, vocab))
         if no_repeat_ngram_size:
             processors.append(PhraseNoRepeatNGram(no_repeat_ngram_size, vocab, token_ids))
         if repetition_penalty is not None and repetition_penalty != 1.0:

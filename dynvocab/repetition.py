@@ -18,7 +18,29 @@ from transformers import LogitsProcessor
 
 from .readback import expansion_table
 
-__all__ = ["PhraseNoRepeatNGram", "PhraseRepetitionPenalty"]
+__all__ = ["PhraseMaxUses", "PhraseNoRepeatNGram", "PhraseRepetitionPenalty"]
+
+
+class PhraseMaxUses(LogitsProcessor):
+    """Each phrase at most ``max_uses`` times per row; its tokens stay allowed, so the text may still say it again.
+
+    A phrase is a shortcut to text the row has not written yet; emitting the same
+    phrase over and over is how a dynamic-vocabulary model loops. Counts only phrase
+    ids (``>= vocab_size``), which a prompt never holds.
+    """
+
+    def __init__(self, max_uses: int, vocab_size: int) -> None:
+        if not isinstance(max_uses, int) or isinstance(max_uses, bool) or max_uses < 1:
+            raise ValueError(f"phrase_max_uses must be a positive int, got {max_uses!r}")
+        self.max_uses, self.vocab_size = max_uses, vocab_size
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """``(B, L)`` mixed ids, ``(B, V + P)`` scores -> the same scores with used-up phrases at ``-inf``."""
+        phrases = (input_ids - self.vocab_size).clamp(min=-1)
+        counts = torch.zeros(scores.shape[0], scores.shape[1] - self.vocab_size + 1, dtype=torch.long, device=scores.device)
+        counts.scatter_add_(1, phrases.to(scores.device) + 1, torch.ones_like(phrases, device=scores.device))
+        used_up = counts[:, 1:] >= self.max_uses  # column 0 counted the tokens
+        return torch.cat([scores[:, : self.vocab_size], scores[:, self.vocab_size :].masked_fill(used_up, float("-inf"))], 1)
 
 
 class _PhraseAware(LogitsProcessor):

@@ -1,10 +1,11 @@
 """The paper's evaluation protocol: held-out prefixes, continuations by each system, every metric.
 
 Prompts are the first ``prefix_tokens`` tokens of held-out documents; the reference is
-the next ``continuation_tokens`` tokens. The bare LM generates ``continuation_tokens``
-tokens (KV cache on); the dynamic-vocabulary systems (phrases from the top-k
-retrieved training documents) and the MWT baseline generate until they have the
-reference's number of characters (the same character budget).
+the next ``continuation_tokens`` tokens. Every system (the bare LM, the
+dynamic-vocabulary systems with phrases from the top-k retrieved training documents,
+the MWT baseline) generates until it has the reference's number of characters: one
+budget for all, so that Rep-n, Diversity and MAUVE compare texts of the same length
+and steps per sequence measure compression alone.
 
 Two passes: every prompt in left-padded batches of ``batch_size`` for the quality
 figures (``generations.jsonl``), and the first ``latency_prompts`` prompts one at a
@@ -53,7 +54,7 @@ class EvalConfig:
     )
     num_prompts: int = field(default=200, metadata={"help": "Held-out documents used as prompts."})
     prefix_tokens: int = field(default=32, metadata={"help": "Prompt length in LM tokens."})
-    continuation_tokens: int = field(default=128, metadata={"help": "Continuation length in LM tokens (bare LM)."})
+    continuation_tokens: int = field(default=128, metadata={"help": "Reference length in LM tokens; every system generates to its number of characters."})
     decoding: str = field(default="greedy", metadata={"help": "'greedy' or 'nucleus'."})
     top_p: float = field(default=0.95, metadata={"help": "Nucleus mass for decoding='nucleus'."})
     top_k_docs: int = field(default=32, metadata={"help": "Documents retrieved per prompt."})
@@ -65,6 +66,7 @@ class EvalConfig:
     ranking: str = field(default="relevance", metadata={"help": "Dynamic systems: phrase order, 'relevance' or 'frequency'."})
     phrase_bias: float = field(default=0.0, metadata={"help": "Dynamic systems: calibration bias added to phrase logits."})
     agreement_top_k: int = field(default=3, metadata={"help": "Dynamic systems: a phrase may start only with one of the LM's top-k tokens (0: off)."})
+    phrase_max_uses: int = field(default=1, metadata={"help": "Dynamic systems: each phrase emitted at most this often per continuation (0: no limit)."})
     verify_top_k: int = field(default=0, metadata={"help": "Dynamic systems: verified decoding, keep a phrase while its tokens are in the LM's top-k (0: off)."})
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "Every system: no repeated token n-gram (phrases spelled out; 0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "Every system: CTRL repetition penalty (1: off)."})
@@ -191,9 +193,9 @@ class Generators:
         shown = {path: str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
                  for path in (checkpoint, mwt)}
         every = {
-            "bare": {"model": c.model, "max_new_tokens": c.continuation_tokens},
-            "bare-rag": {"model": c.model, "max_new_tokens": c.continuation_tokens, **retrieval},
-            "bare-rag-lookup": {"model": c.model, "max_new_tokens": c.continuation_tokens, **retrieval, "batch_size": 1},
+            "bare": {"model": c.model, **budget},
+            "bare-rag": {"model": c.model, **budget, **retrieval},
+            "bare-rag-lookup": {"model": c.model, **budget, **retrieval, "batch_size": 1},
             "dynamic": {"checkpoint": shown[checkpoint], **retrieval, **budget,
                         "training": _training_summary(json.loads(train.read_text())) if train.exists() else None},
             "dynamic-untrained": {"phrase_encoder": "untrained (the LM's first layer)", **retrieval, **budget},
@@ -223,7 +225,7 @@ class Generators:
         c, spec = self.config, spec or parse_system("bare")
         return PipelineConfig(
             do_sample=c.decoding == "nucleus", top_p=c.top_p, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
-            repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=0,
+            repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=0, phrase_max_uses=0,
         ).generation_kwargs()
 
     @torch.no_grad()
@@ -242,7 +244,7 @@ class Generators:
         return self._dynamic(spec, items)
 
     def _bare(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
-        """The LM alone, or with the top documents in its context (``bare-rag``), ``continuation_tokens`` tokens."""
+        """The LM alone, or with the top documents in its context (``bare-rag``), under the reference's character budget."""
         from dynvocab.generation import generate_continuations
         from dynvocab.padding import pad_id
 
@@ -253,14 +255,16 @@ class Generators:
                 found = self.index.search_documents(prompts, k=spec.get("docs", self.config.rag_documents))
             with timer.stage("extract"):
                 prompts = [self._in_context(documents, prompt) for documents, prompt in zip(found, prompts)]
-        kwargs = {"max_new_tokens": self.config.continuation_tokens, **self.sampling(spec)}
+        budgets = [len(item["reference"]) for item in items]
+        kwargs = {"max_new_tokens": 2 * self.config.continuation_tokens, "decode": self.tokenizer.decode, **self.sampling(spec)}
         with timer.stage("decode"):
             encoded = self.tokenizer(prompts)["input_ids"]
             if spec.base == "bare-rag-lookup":  # transformers' prompt lookup decodes one prompt at a time
                 kwargs["prompt_lookup_num_tokens"] = spec.get("lookup", self.config.lookup_tokens)
-                new = [generate_continuations(self.lm, [ids], pad_id(self.tokenizer), **kwargs)[0] for ids in encoded]
+                new = [generate_continuations(self.lm, [ids], pad_id(self.tokenizer), max_chars=[budget], **kwargs)[0]
+                       for ids, budget in zip(encoded, budgets)]
             else:
-                new = generate_continuations(self.lm, encoded, pad_id(self.tokenizer), **kwargs)
+                new = generate_continuations(self.lm, encoded, pad_id(self.tokenizer), max_chars=budgets, **kwargs)
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in new]
         latency = {stage: seconds / len(items) for stage, seconds in timer.totals().items()}
         latency = dict.fromkeys(STAGES, 0.0) | latency
@@ -300,6 +304,7 @@ class Generators:
             do_sample=c.decoding == "nucleus", top_p=c.top_p, edges=spec.get("edges", c.edges),
             ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
+            phrase_max_uses=spec.get("uses", c.phrase_max_uses),
             verify_top_k=spec.get("verify", c.verify_top_k),
         )  # its generation_kwargs() are what sampling() gives the other systems
 
@@ -381,7 +386,7 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 #: settings that change what is generated: a run resumes only under the same ones
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
-                       "readback", "edges", "ranking", "phrase_bias", "agreement_top_k", "verify_top_k",
+                       "readback", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses", "verify_top_k",
                        "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens")
 
 
@@ -390,7 +395,9 @@ def check_resumable(config: EvalConfig) -> None:
     path = Path(config.output_dir) / "eval_config.json"
     if path.exists():
         before = json.loads(path.read_text())
-        changed = [k for k in GENERATION_SETTINGS if k in before and before[k] != getattr(config, k)]
+        # a setting missing from the saved config is one the run predates: its generations were made without it
+        before = {k: before.get(k, "(none)") for k in GENERATION_SETTINGS}
+        changed = [k for k in GENERATION_SETTINGS if before[k] != getattr(config, k)]
         if changed:
             raise ValueError(
                 f"{config.output_dir} holds generations made with other settings ({', '.join(f'{k}={before[k]!r}' for k in changed)}); "

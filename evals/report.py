@@ -249,8 +249,9 @@ def write_report(results: dict, config, command: str, systems: dict | None = Non
     text = (
         f"# Evaluation: {config.model}, {config.decoding} decoding\n\n"
         f"Command: `{command}`\n\n"
-        f"{next(iter(results.values()))['prompts']} held-out {config.data} documents, prefix {config.prefix_tokens} tokens, continuation "
-        f"{config.continuation_tokens} tokens for the bare LM; the other systems get the reference's character budget. "
+        f"{next(iter(results.values()))['prompts']} held-out {config.data} documents, prefix {config.prefix_tokens} tokens, reference "
+        f"{config.continuation_tokens} tokens; every system generates to the reference's number of characters (one budget "
+        f"for all, so the text metrics compare equal lengths and steps/seq measures compression). "
         f"Phrases come from the top-{config.top_k_docs} documents retrieved from `{config.index or config.data}`. "
         f"Quality figures come from generations in batches of {config.batch_size}; latency from the first "
         f"{latency_prompts} prompts one at a time after a warm-up, end to end (tokenization, retrieval, phrase extraction "

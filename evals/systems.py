@@ -30,6 +30,7 @@ OPTIONS = {
     "ranking": (str, ("relevance", "frequency"), _DYNAMIC),
     "bias": (float, None, _DYNAMIC),
     "agree": (int, None, _DYNAMIC),
+    "uses": (int, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
     "no_repeat": (int, None, _ALL),
     "penalty": (float, None, _ALL),

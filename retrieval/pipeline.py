@@ -39,6 +39,7 @@ class PipelineConfig:
     no_repeat_ngram_size: int = field(default=4, metadata={"help": "No n-gram of tokens twice, phrases spelled out (0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty, phrases spelled out (1: off)."})
     agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
+    phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase emitted at most this often per continuation (0: no limit)."})
     verify_top_k: int = field(
         default=0,
         metadata={"help": "Verified decoding: keep an emitted phrase only while each token is in the LM's top-k there "
@@ -75,9 +76,10 @@ class PipelineConfig:
         if self.edges not in ("content", "any") or self.ranking not in ("relevance", "frequency"):
             raise ValueError(f"edges={self.edges!r}, ranking={self.ranking!r}; choose edges 'content' or 'any', "
                              "ranking 'relevance' or 'frequency'")
-        if min(self.no_repeat_ngram_size, self.agreement_top_k, self.verify_top_k) < 0 or self.repetition_penalty <= 0:
-            raise ValueError(f"no_repeat_ngram_size={self.no_repeat_ngram_size}, agreement_top_k={self.agreement_top_k} and "
-                             f"verify_top_k={self.verify_top_k} must be >= 0, repetition_penalty={self.repetition_penalty} > 0")
+        counts = ("no_repeat_ngram_size", "agreement_top_k", "phrase_max_uses", "verify_top_k")
+        if min(getattr(self, name) for name in counts) < 0 or self.repetition_penalty <= 0:
+            raise ValueError(", ".join(f"{name}={getattr(self, name)}" for name in counts)
+                             + f" must be >= 0 and repetition_penalty={self.repetition_penalty} > 0")
 
     def generation_kwargs(self) -> dict[str, Any]:
         # pure nucleus sampling: top_k=0 lifts the default top-50 cut of the generation config
@@ -87,6 +89,8 @@ class PipelineConfig:
             guards["repetition_penalty"] = self.repetition_penalty
         if self.agreement_top_k:
             guards["phrase_agreement_top_k"] = self.agreement_top_k
+        if self.phrase_max_uses:
+            guards["phrase_max_uses"] = self.phrase_max_uses
         return {"do_sample": self.do_sample, **sampling, **guards}
 
 
@@ -197,7 +201,8 @@ class PhrasePipeline:
         c, model = self.config, self.model
         kwargs = c.generation_kwargs()
         processors = model.phrase_logits_processors(
-            kwargs.get("no_repeat_ngram_size"), kwargs.get("repetition_penalty"), kwargs.get("phrase_agreement_top_k")
+            kwargs.get("no_repeat_ngram_size"), kwargs.get("repetition_penalty"), kwargs.get("phrase_agreement_top_k"),
+            kwargs.get("phrase_max_uses"),
         )
         new, steps = [], []
         for row, prompt in enumerate(prompts):

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
 
-from dynvocab.repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
+from dynvocab.repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from tests.helpers import PhrasesAlwaysWin
 
 V = 20
@@ -63,6 +63,24 @@ def test_penalty_equals_transformers_on_tokens_and_hits_written_phrases():
     assert out[0, V] == scores[0, V] and out[0, V + 3] == scores[0, V + 3]
 
 
+@pytest.mark.parametrize("max_uses", [1, 2])
+def test_max_uses_bans_a_phrase_once_emitted_that_often_in_its_row_only(max_uses):
+    ids = torch.tensor([[1, V, 3, V + 2, V, 2], [V + 2, 3, 4, 5, 6, 7]])  # row 1 spells phrases 0 and 1 as tokens
+    scores = torch.randn(2, V + len(PHRASES) + 2)  # two columns past the table: another row's phrases
+    out = PhraseMaxUses(max_uses, V)(ids, scores.clone())
+    banned = {0: {V, V + 2}, 1: {V + 2}} if max_uses == 1 else {0: {V}, 1: set()}
+    for row in range(2):
+        assert set(torch.isinf(out[row]).nonzero().flatten().tolist()) == banned[row]
+        kept = [i for i in range(scores.shape[1]) if i not in banned[row]]
+        assert torch.equal(out[row, kept], scores[row, kept])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_bad_max_uses_is_refused(bad):
+    with pytest.raises(ValueError, match="phrase_max_uses must be a positive int"):
+        PhraseMaxUses(bad, V)
+
+
 @pytest.mark.parametrize("bad", [0, -2, 1.5, "3"])
 def test_bad_ngram_size_is_refused(bad):
     with pytest.raises(ValueError, match="no_repeat_ngram_size must be a positive int"):
@@ -81,3 +99,16 @@ def test_generate_uses_phrase_aware_processors(llama, tokenizer):
     assert looping == [model.vocab_size] * 4
     guarded = model.generate(ids, max_new_tokens=4, do_sample=False, no_repeat_ngram_size=3)[0, 1:].tolist()
     assert guarded.count(model.vocab_size) == 1
+
+
+def test_generate_emits_a_phrase_at_most_max_uses_times(llama, tokenizer):
+    from dynvocab import DynamicVocabLM
+
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.set_phrases([" of the United States", " New York"])
+    model.scorer = PhrasesAlwaysWin()
+    ids = tokenizer("Hello", return_tensors="pt").input_ids
+    out = model.generate(ids, max_new_tokens=6, do_sample=False, phrase_max_uses=2)[0, 1:].tolist()
+    phrases = [i for i in out if i >= model.vocab_size]
+    assert len(phrases) == 4 and all(phrases.count(i) == 2 for i in set(phrases))
+    assert all(i < model.vocab_size for i in out[4:])  # every phrase used up: tokens only from there

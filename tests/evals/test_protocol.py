@@ -43,7 +43,7 @@ def test_eval_writes_every_figure_and_resumes(workspace, capsys):
     assert set(results["results"]) == {"bare", "dynamic", "dynamic-no-phrases", "mwt"}
     assert set(results["systems"]) == set(results["results"]) and results["systems"]["mwt"]["ngrams"] == 30
     bare, no_phrases = results["results"]["bare"], results["results"]["dynamic-no-phrases"]
-    assert bare["steps_per_sequence"] == 8 and bare["phrase_share"] == 0
+    assert bare["phrase_share"] == 0 and bare["steps_per_sequence"] == no_phrases["steps_per_sequence"]
     assert no_phrases["phrase_share"] == 0 and results["results"]["mwt"]["phrase_share"] > 0
     assert all(m["latency_prompts"] == 3 and m["latency_median_s"] > 0 for m in results["results"].values())
     assert 0 <= results["results"]["dynamic"]["mauve"] <= 100
@@ -60,10 +60,12 @@ def test_eval_writes_every_figure_and_resumes(workspace, capsys):
     main(eval_args(workspace))  # resumed: nothing is generated again
     assert (workspace / "out" / "generations.jsonl").read_text().splitlines() == lines
     assert (workspace / "out" / "latency.jsonl").read_text().splitlines() == timed
-    bare = {r["id"]: r["text"] for r in records if r["system"] == "bare"}
-    for record in records:  # with no phrases the dynamic model is the bare LM (it stops by characters instead)
+    bare = {r["id"]: r for r in records if r["system"] == "bare"}
+    for record in records:  # one character budget for all: with no phrases the dynamic model is the bare LM
         if record["system"] == "dynamic-no-phrases":
-            assert bare[record["id"]].startswith(record["text"]) or record["text"].startswith(bare[record["id"]])
+            assert record["text"] == bare[record["id"]]["text"] and record["steps"] == bare[record["id"]]["steps"]
+        if record["system"] == "bare":  # it stops at the reference's length, or at 2 x 8 tokens
+            assert len(record["text"]) >= len(record["reference"]) or record["steps"] == 16
 
 
 def test_retrieval_baselines_ablations_and_mauve_bounds(workspace):
@@ -128,3 +130,16 @@ def test_resuming_under_other_generation_settings_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--decoding", "nucleus", "--output-dir", str(tmp_path)])
     assert "other settings (decoding='greedy')" in capsys.readouterr().err
+
+
+def test_a_run_that_predates_a_generation_setting_is_not_resumed(tmp_path, capsys):
+    from dataclasses import asdict
+
+    from evals.protocol import EvalConfig
+
+    saved = asdict(EvalConfig(output_dir=str(tmp_path)))
+    del saved["phrase_max_uses"]  # written before the setting existed
+    (tmp_path / "eval_config.json").write_text(json.dumps(saved))
+    with pytest.raises(SystemExit):
+        main(["eval", "--output-dir", str(tmp_path)])
+    assert "other settings (phrase_max_uses='(none)')" in capsys.readouterr().err

@@ -76,11 +76,14 @@ def test_realtime_drop_unused_keeps_generated_phrases_readable(pipeline):
     pipeline.model.scorer = PreferFirst()
     pipeline.config = PipelineConfig(
         top_k=1, max_new_tokens=8, realtime=True, realtime_every=2, realtime_fraction=0.2, drop_unused=True,
-        agreement_top_k=0, no_repeat_ngram_size=0,
+        agreement_top_k=0, no_repeat_ngram_size=0, phrase_max_uses=0,
     )
     result = pipeline("Which river flows through New York City?")
     first = pipeline.candidates(result.documents)[0].text
     assert result.text == first * 8
+    pipeline.config.phrase_max_uses = 3  # counted across chunks, through the renumbering of dropped phrases
+    result = pipeline("Which river flows through New York City?")
+    assert [s.text for s in result.segments if s.is_phrase].count(first) == 3 and result.text.startswith(first * 3)
 
 
 def test_a_batch_gives_each_prompt_its_own_phrases_and_budget(pipeline):
