@@ -1,6 +1,7 @@
 """Fault injection on the one directory swap: a save interrupted at any step leaves a complete copy that loads."""
 
 import copy
+import errno
 import os
 
 import pytest
@@ -178,3 +179,107 @@ def test_user_files_are_copied_over_where_hard_links_are_refused(tmp_path, monke
     assert (target / "notes.md").read_text() == "mine"
     assert (target / "data" / "corpus.txt").read_text() == "my corpus"
     assert (target / "payload.txt").read_text() == "one"
+
+
+def _save(path, text):
+    with atomic_directory(path) as staging:
+        write(staging, text)
+
+
+def _undeletable(monkeypatch, name):
+    """Make every file called ``name`` refuse deletion, as one another process holds open (Windows, NFS) does."""
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if os.path.basename(os.fsdecode(path)) == name:
+            raise PermissionError(errno.EACCES, "the file is in use by another process", path)
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+
+
+@pytest.mark.parametrize("leftover", ["staging", "retired"])
+def test_recover_restores_the_newest_of_several_complete_copies(tmp_path, leftover):
+    # two interrupted saves left two complete copies beside a missing folder; the name order contradicts the age order
+    for text, suffix, mtime in [("older", "zzz", 1_000_000_000), ("newer", "aaa", 2_000_000_000)]:
+        _save(tmp_path / text, text)
+        folder = tmp_path / f".out.dynvocab-{leftover}-{suffix}"
+        os.replace(tmp_path / text, folder)
+        os.utime(folder, (mtime, mtime))
+    recover(tmp_path / "out")
+    verify(tmp_path / "out")
+    assert (tmp_path / "out" / "payload.txt").read_text() == "newer"
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_save_over_an_old_copy_leaves_only_the_new_copy(tmp_path):
+    _save(tmp_path / "out", "one")
+    _save(tmp_path / "out", "two")
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    assert (tmp_path / "out" / "payload.txt").read_text() == "two"
+
+
+def test_an_old_copy_that_cannot_be_deleted_does_not_fail_the_save(tmp_path, monkeypatch):
+    _save(tmp_path / "out", "one")
+    _undeletable(monkeypatch, "payload.txt")  # e.g. the old weights are still memory-mapped by a running process
+    _save(tmp_path / "out", "two")
+    monkeypatch.undo()
+    verify(tmp_path / "out")
+    assert (tmp_path / "out" / "payload.txt").read_text() == "two"
+    recover(tmp_path / "out")  # the next load clears what was left of the old copy
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_leftover_that_cannot_be_deleted_does_not_stop_recovery(tmp_path, monkeypatch):
+    _killed_between_the_renames(tmp_path, new_copy_finished=False)
+    _undeletable(monkeypatch, "more.txt")
+    recover(tmp_path / "out")
+    _save(tmp_path / "out", "three")  # a save recovers first too, and must go through
+    monkeypatch.undo()
+    verify(tmp_path / "out")
+    assert (tmp_path / "out" / "payload.txt").read_text() == "three"
+
+
+def test_a_folder_with_a_long_name_can_be_saved_over(tmp_path):
+    # the hidden siblings add 27 characters to the name; file systems allow 255
+    target = tmp_path / ("checkpoint-" + "a" * 139)
+    _save(target, "one")
+    _save(target, "two")
+    verify(target)
+    assert (target / "payload.txt").read_text() == "two"
+    assert os.listdir(tmp_path) == [target.name]
+
+
+def _refuse_hard_links(source, destination):
+    raise OSError("hard links are not supported here")
+
+
+@pytest.mark.parametrize("hard_links", [True, False], ids=["hard-links", "no-hard-links"])
+def test_the_users_symbolic_links_are_kept_as_links_across_saves(tmp_path, monkeypatch, hard_links):
+    if not hard_links:  # a FAT or network drive: the user's files are copied, their links must still be links
+        monkeypatch.setattr(atomic.os, "link", _refuse_hard_links)
+    target = tmp_path / "out"
+    (target / "data").mkdir(parents=True)
+    (target / "data" / "corpus.txt").write_text("my corpus")
+    os.symlink("data/corpus.txt", target / "latest")
+    os.symlink("corpus.txt", target / "data" / "alias.txt")
+    for text in ("one", "two"):
+        _save(target, text)
+    assert os.readlink(target / "latest") == "data/corpus.txt"
+    assert os.readlink(target / "data" / "alias.txt") == "corpus.txt"
+    assert (target / "latest").read_text() == "my corpus"
+    (target / "data" / "corpus.txt").write_text("edited")  # still a link: it follows the file it points to
+    assert (target / "data" / "alias.txt").read_text() == "edited"
+    assert set(read_manifest(target)) == {"payload.txt", "sub/more.txt"}
+
+
+def test_the_users_files_are_carried_by_hard_link_not_copied(tmp_path):
+    # a large corpus kept beside a checkpoint must not be duplicated on disk by every save
+    target = tmp_path / "out"
+    (target / "data").mkdir(parents=True)
+    (target / "notes.md").write_text("mine")
+    (target / "data" / "corpus.txt").write_text("my corpus")
+    inodes = {name: os.stat(target / name).st_ino for name in ("notes.md", "data/corpus.txt")}
+    _save(target, "one")
+    assert {name: os.stat(target / name).st_ino for name in inodes} == inodes
+    assert (target / "data" / "corpus.txt").read_text() == "my corpus"
