@@ -37,7 +37,7 @@ def entailment_judge(config: QAEvalConfig):
 def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalConfig, entails) -> dict:
     """Every metric of one system over its answers (in question order)."""
     sums = {"str_em": 0.0, "em": 0.0, "f1": 0.0, "rouge_l": 0.0}
-    supported = cited = correct = answered_with_citation = 0
+    supported = cited = correct = answered_with_citation = answerable = 0
     provenance = {"phrase": [0, 0], "model": [0, 0]}
     alce = {"citation_recall": 0.0, "citation_precision": 0.0}
     for record in records:
@@ -48,6 +48,7 @@ def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalCo
             sums[key] += value
         golds = [a for group in item["answer_groups"] for a in group]
         support = answer_support(record["cited"], documents, golds)
+        answerable += answer_support(range(1, len(documents) + 1), documents, golds)["correct"]
         supported, cited = supported + support["supported_citations"], cited + support["citations"]
         correct += support["correct"]
         answered_with_citation += bool(record["cited"])
@@ -63,6 +64,7 @@ def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalCo
     n = len(records)
     result = {key: value / n for key, value in sums.items()} | {
         "questions": n,
+        "gold_in_documents": answerable / n,
         "answer_support_precision": supported / cited if cited else float("nan"),
         "correct_citation": correct / n,
         "answers_with_citation": answered_with_citation / n,
@@ -118,6 +120,25 @@ def targets(results: dict, wall_seconds: float) -> list[tuple[str, str, bool | N
     return rows
 
 
+#: the columns compared against the bare counterpart (the same documents, no phrases)
+COMPARED = ("str_em", "em", "f1", "rouge_l", "answer_support_precision", "correct_citation")
+
+
+def losses(results: dict) -> list[str]:
+    """One line per phrase system naming each column where it is below ``bare`` on the same documents, and by how much."""
+    lines = []
+    for name, m in results.items():
+        system = parse_qa_system(name)
+        bare = f"bare@{system.k}" + ("+oracle" if system.oracle else "")
+        if system.phrases == "none" or bare not in results:
+            continue
+        below = [f"{key} {_pct(m[key])} vs {_pct(results[bare][key])}" for key in COMPARED
+                 if not math.isnan(m[key]) and not math.isnan(results[bare][key]) and m[key] < results[bare][key] - 1e-12]
+        if below:
+            lines.append(f"- {name} (against {bare}): " + "; ".join(below))
+    return lines
+
+
 def _pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:.1f}%"
 
@@ -158,13 +179,13 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
             f"k={k}: {_pct(rate)}" for k, rate in summary["evidence_in_top_k"].items()) + "", "",
         f"Generation time (all sessions of this run): {summary['generation_seconds'] / 60:.1f} min.", "",
         "## Answers", "",
-        "| system | STR-EM | EM | F1 | ROUGE-L | answers citing | cit./answer | answer-support prec. | correct citation | "
-        "exact prov. (phrase / model) | phrase steps | s/answer |",
-        "|" + "---|" * 12,
+        "| system | gold in docs | STR-EM | EM | F1 | ROUGE-L | answers citing | cit./answer | answer-support prec. | "
+        "correct citation | exact prov. (phrase / model) | phrase steps | s/answer |",
+        "|" + "---|" * 13,
     ]
     for name, m in results.items():
         lines.append(
-            f"| {name} | {_pct(m['str_em'])} | {_pct(m['em'])} | {_pct(m['f1'])} | {_pct(m['rouge_l'])} | "
+            f"| {name} | {_pct(m['gold_in_documents'])} | {_pct(m['str_em'])} | {_pct(m['em'])} | {_pct(m['f1'])} | {_pct(m['rouge_l'])} | "
             f"{_pct(m['answers_with_citation'])} | {m['citations_per_answer']:.2f} | {_pct(m['answer_support_precision'])} | "
             f"{_pct(m['correct_citation'])} | {_pct(m['exact_provenance_phrase'])} ({m['phrase_citations']}) / "
             f"{_pct(m['exact_provenance_model'])} ({m['model_citations']}) | {_pct(m['phrase_share'])} | "
@@ -175,11 +196,15 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
         lines += ["| system | citation recall | citation precision |", "|---|---|---|"]
         lines += [f"| {n} | {_pct(m['citation_recall'])} | {_pct(m['citation_precision'])} |" for n, m in results.items()]
         lines.append("")
-    lines += [summary["nli"], "", "## Targets", "", "| system | target | met | figure |", "|---|---|---|---|"]
+    lines += [summary["nli"], "", "## Where the phrase systems lose to the same LM without phrases", ""]
+    lines += losses(results) or ["Nowhere: every phrase system is at least level with its bare counterpart on every column."]
+    lines += ["", "## Targets", "", "| system | target | met | figure |", "|---|---|---|---|"]
     lines += [f"| {s} | {t} | {'n/a' if m is None else 'yes' if m else 'NO'} | {f} |" for s, t, m, f in rows]
     lines += ["", "Definitions: STR-EM is ASQA's (a gold answer found in the normalised answer, markers removed); EM and F1 "
               "are SQuAD's over the whole answer; ROUGE-L is rouge-score's ROUGE-Lsum F1 against the gold answers joined; "
-              "answer-support precision is the share of cited documents (each once per answer) that contain a gold answer; "
+              "gold in docs is the share of questions with a gold answer in one of the documents shown (the ceiling of "
+              "correct citation; FanOutQA's answers come from another Wikipedia snapshot than the leads, so figures such as "
+              "populations often differ); answer-support precision is the share of cited documents (each once per answer) that contain a gold answer; "
               "correct citation is the share of answers citing at least one such document; exact provenance is the share "
               "of citations whose span is verbatim in the document cited (phrase: placed from an emitted phrase; model: "
               "written by the model, its span the text since the previous marker or sentence start).", ""]

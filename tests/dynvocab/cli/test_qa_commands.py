@@ -50,7 +50,7 @@ def test_eval_qa_writes_a_report_and_resumes(workspace, tiny_lm_dir, capsys):
     report = (workspace / "run" / "report.md").read_text()
     assert "Command: `dynvocab eval-qa" in report and "## Targets" in report and "no NLI model was given" in report
     assert "answer support precision >= 60%" in report and "STR-EM not below bare@2" in report
-    assert "citation_recall" not in results["systems"]["ngram@2"]
+    assert "citation_recall" not in results["systems"]["ngram@2"] and "## Where the phrase systems lose" in report
     capsys.readouterr()
 
 
