@@ -1,9 +1,11 @@
-"""Evaluation metrics for dynamic-vocabulary generation: repetition, perplexity, MAUVE, latency, compression, ranking.
+"""Evaluation metrics for dynamic-vocabulary generation: repetition, perplexity, MAUVE, latency, compression, ranking,
+QA and citations.
 
 Each metric is a plain function over precomputed inputs with an optional step that
 computes them; none keeps a global model cache. MAUVE needs ``pip install dynvocab[evals]``.
 """
 
+from .citation_metrics import Statement, alce_citation_scores, answer_support, exact_provenance, hf_entailment, split_statements
 from .compression import CompressionResult, compression, compression_from_segments
 from .latency import LatencyStats, StageTimer, summarize, time_callable
 from .mauve import (
@@ -16,6 +18,7 @@ from .mauve import (
     sentence_embedding_features,
 )
 from .perplexity import PerplexityResult, perplexity, perplexity_from_logprobs, token_logprobs
+from .qa_metrics import exact_match, normalize_answer, qa_scores, rouge_l, str_em, token_f1
 from .ranking import hits_at_k, mrr_at_k, ndcg_at_k, ranking_metrics, recall_at_k
 from .repetition import RepetitionResult, diversity, ngram_counts, rep_n
 
@@ -27,24 +30,36 @@ __all__ = [
     "PerplexityResult",
     "RepetitionResult",
     "StageTimer",
+    "Statement",
+    "alce_citation_scores",
+    "answer_support",
     "causal_lm_features",
     "compression",
     "compression_from_segments",
     "diversity",
+    "exact_match",
+    "exact_provenance",
     "gpt2_large_features",
+    "hf_entailment",
     "hits_at_k",
     "mauve_score",
+    "minilm_features",
     "mrr_at_k",
     "ndcg_at_k",
-    "minilm_features",
     "ngram_counts",
+    "normalize_answer",
     "perplexity",
     "perplexity_from_logprobs",
+    "qa_scores",
     "ranking_metrics",
     "recall_at_k",
     "rep_n",
+    "rouge_l",
     "sentence_embedding_features",
+    "split_statements",
+    "str_em",
     "summarize",
     "time_callable",
+    "token_f1",
     "token_logprobs",
 ]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dynvocab.assets import resolve_model
+from dynvocab.assets import resolve_model, wikipedia_leads
 from dynvocab.corpora import corpus_split
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from encoders import DenseEncoder
 
 from .index import DocumentIndex
 
-__all__ = ["demo_index", "document_encoder", "is_hybrid_encoder", "load_stack"]
+__all__ = ["demo_index", "document_encoder", "is_hybrid_encoder", "leads_index", "load_stack"]
 
 
 def document_encoder():
@@ -28,14 +28,25 @@ def is_hybrid_encoder(name_or_path: str) -> bool:
 
 def demo_index(workdir: Path, corpus: str = "wikipedia"):
     """MiniLM + FAISS index of a corpus's training documents, built once and cached."""
+    return _cached_index(workdir / f"{corpus}-index", corpus_split(corpus)[0], corpus)
+
+
+def leads_index(workdir: Path):
+    """MiniLM + FAISS index of every offline Wikipedia lead, built once and cached in ``workdir/wikipedia-all-index``.
+
+    Question answering trains nothing, so it searches all 10,033 leads: the demo's index holds only
+    the training part, which lacks 107 of FanOutQA's 558 evidence pages.
+    """
+    return _cached_index(workdir / "wikipedia-all-index", wikipedia_leads(), "wikipedia (all leads)")
+
+
+def _cached_index(path: Path, documents: list[dict], corpus: str):
     encoder = document_encoder()
-    path = workdir / f"{corpus}-index"
-    documents = corpus_split(corpus)[0]
     if (path / "metadata.json").exists():
         index = DocumentIndex.load(path, encoder=encoder)
         if len(index) == len(documents):
             return index
-        print(f"The cached index in {path} has {len(index)} documents, the training part {len(documents)}: rebuilding it.")
+        print(f"The cached index in {path} has {len(index)} documents, not {len(documents)}: rebuilding it.")
     print(f"Indexing {len(documents)} {corpus} documents with MiniLM (once; cached in {path}).")
     index = DocumentIndex.build(documents, encoder, show_progress_bar=True)
     index.save(path)

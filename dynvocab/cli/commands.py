@@ -1,5 +1,5 @@
 """The ``dynvocab`` command line: train, train-mwt, index, generate, eval, demo, pretrain-encoder,
-finetune-encoder, eval-retrieval, build-vocab, nar-train, nar-search."""
+finetune-encoder, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa."""
 
 from __future__ import annotations
 
@@ -141,9 +141,58 @@ def cmd_nar_search(args: argparse.Namespace) -> None:
             print(f"  {rank:2d}. {docid}  ({score:.2f})")
 
 
+def cmd_qa(args: argparse.Namespace) -> None:
+    from retrieval.loading import load_stack
+    from retrieval.qa import CitationQA, QAConfig
+
+    config = dataclass_from_args(QAConfig, args)
+    documents = [_document_arg(text, n) for n, text in enumerate(args.document or [], start=1)] or None
+    if args.index and documents is None:
+        model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
+    else:
+        from retrieval.loading import leads_index
+
+        from ..loading import SHIPPED_ENCODER, load_dynamic_lm
+
+        index = None if documents else leads_index(Path(args.workdir))
+        checkpoint = args.checkpoint or (SHIPPED_ENCODER if args.model == "smollm2" and SHIPPED_ENCODER.exists() else None)
+        model = load_dynamic_lm(args.model, checkpoint)
+    qa = CitationQA(model, index, config)
+    for question in args.question:
+        result = qa(question, documents)
+        print(f"Q: {question}\nA: {result.answer}")
+        for number, document in enumerate(result.documents, start=1):
+            mark = "*" if number in result.cited else " "
+            print(f" {mark}[{number}] {document['title'] or document['id']}")
+        origins = [c.origin for c in result.citations]
+        print(f"  cited {result.cited or 'nothing'}: {origins.count('phrase')} from phrases, {origins.count('model')} "
+              f"written by the model; {result.phrase_steps} of {result.steps} steps were phrases; {result.seconds:.1f} s")
+
+
+def _document_arg(text: str, number: int) -> dict:
+    """``--document "Title: text"`` (or plain text) as a document dict."""
+    title, colon, body = text.partition(": ")
+    if not colon or len(title) > 80:
+        title, body = f"document {number}", text
+    if not body.strip():
+        raise ValueError(f"--document {text!r} has no text; pass 'Title: text' or plain text")
+    return {"id": title, "title": title, "text": body}
+
+
+def cmd_eval_qa(args: argparse.Namespace) -> None:
+    from evals.qa_eval import QAEvalConfig, generate_answers
+    from evals.qa_report import write_report
+
+    config = dataclass_from_args(QAEvalConfig, args)
+    records, items, evidence, pages = generate_answers(config)
+    print(write_report(config, "dynvocab " + " ".join(args.argv), records, items, evidence, pages).read_text())
+
+
 def build_parser() -> argparse.ArgumentParser:
     from evals.protocol import EvalConfig
+    from evals.qa_eval import QAEvalConfig
     from evals.retrieval_eval import RetrievalEvalConfig
+    from retrieval.qa import QAConfig
     from retrieval.finetuning import FinetuneConfig
     from retrieval.pipeline import PipelineConfig
     from retrieval.pretraining import PretrainConfig
@@ -236,6 +285,22 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--k", type=int, default=10, help="documents shown per query")
     search.add_argument("--beam", type=int, default=20, help="beam size of the trie search")
     search.set_defaults(func=cmd_nar_search)
+
+    qa = commands.add_parser("qa", dataclass_types=QAConfig,
+                             help="answer questions with [n] citations placed from phrase provenance")
+    qa.add_argument("--question", action="append", required=True, help="a question (repeatable)")
+    qa.add_argument("--document", action="append", default=None,
+                    help="a document, 'Title: text' (repeatable; numbered in order); default: retrieve --top-k")
+    qa.add_argument("--index", default=None, help="directory written by `dynvocab index`; default: every Wikipedia lead")
+    qa.add_argument("--workdir", default=".cache/demo", help="where the default index is cached")
+    qa.add_argument("--model", default="smollm2", help="causal LM name or path (chat/instruct models use their template)")
+    qa.add_argument("--checkpoint", default=None, help="phrase-encoder checkpoint; default: the shipped SmolLM2 one")
+    qa.add_argument("--encoder", default="minilm", help="the index's document encoder")
+    qa.set_defaults(func=cmd_qa)
+
+    eval_qa = commands.add_parser("eval-qa", dataclass_types=QAEvalConfig,
+                                  help="citation-aware QA: bare LM against phrase systems; ALCE-style scores; resumable")
+    eval_qa.set_defaults(func=cmd_eval_qa)
     return parser
 
 
