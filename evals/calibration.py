@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["CalibrationCounts", "calibration_counts"]
+__all__ = ["CalibrationCounts", "calibration_counts", "count_positions", "next_item_logits"]
 
 
 class CalibrationCounts:
@@ -75,6 +75,14 @@ def _fitting_phrases(phrase_tokens: list[tuple[int, ...]], continuation: list[in
 
 
 @torch.no_grad()
+def next_item_logits(model, prompt_ids: list[int], continuation_ids: list[int]) -> torch.Tensor:
+    """``(T, V + P)`` float logits of what follows each of the ``T`` continuation positions (one forward pass)."""
+    if not prompt_ids or not continuation_ids:
+        raise ValueError("calibration needs a non-empty prompt and continuation")
+    ids = torch.tensor([prompt_ids + continuation_ids], device=model.device)
+    return model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float().cpu()
+
+
 def calibration_counts(
     model, prompt_ids: list[int], continuation_ids: list[int], biases: Sequence[float], agreement_top_k: int = 0
 ) -> CalibrationCounts:
@@ -85,12 +93,16 @@ def calibration_counts(
     ``agreement_top_k=k`` a phrase competes only where its first token is among the
     LM's top-k tokens, as ``generate(..., phrase_agreement_top_k=k)`` decodes.
     """
-    if not prompt_ids or not continuation_ids:
-        raise ValueError("calibration needs a non-empty prompt and continuation")
-    ids = torch.tensor([prompt_ids + continuation_ids], device=model.device)
-    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float().cpu()  # (T, V + P): what comes next
-    vocab = model.vocab_size
-    phrase_tokens = model.phrase_table.token_ids
+    logits = next_item_logits(model, prompt_ids, continuation_ids)
+    return count_positions(logits, model.vocab_size, model.phrase_table.token_ids, continuation_ids, biases,
+                           agreement_top_k)
+
+
+def count_positions(
+    logits: torch.Tensor, vocab: int, phrase_tokens: list[tuple[int, ...]], continuation_ids: list[int],
+    biases: Sequence[float], agreement_top_k: int = 0,
+) -> CalibrationCounts:
+    """``calibration_counts`` from ``next_item_logits``: score several settings with one forward pass."""
     fits = _fitting_phrases(phrase_tokens, continuation_ids)[:, : logits.shape[1] - vocab]
     best_token = logits[:, :vocab].max(-1)
     gold_token = torch.tensor(continuation_ids)

@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-from evals.calibration import CalibrationCounts, calibration_counts
+from evals.calibration import CalibrationCounts, count_positions, next_item_logits
 from evals.protocol import EvalConfig, held_out_prompts
 from retrieval.loading import demo_index
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
@@ -48,8 +48,9 @@ def main() -> None:
         model.set_phrases(pipeline.candidates(documents), mid_sentence_forms=False)
         prompt_ids = model.tokenizer(item["prompt"]).input_ids
         reference_ids = model.tokenizer(item["reference"], add_special_tokens=False).input_ids
+        logits = next_item_logits(model, prompt_ids, reference_ids)  # one forward pass for every setting
         for k, total in totals.items():
-            total.add(calibration_counts(model, prompt_ids, reference_ids, BIASES, agreement_top_k=k))
+            total.add(count_positions(logits, model.vocab_size, model.phrase_table.token_ids, reference_ids, BIASES, k))
     tables = {k: total.table() for k, total in totals.items()}
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
