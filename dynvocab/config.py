@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "JsonConfig", "check_field_types"]
+__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "ENCODE_DTYPES", "JsonConfig", "check_field_types"]
 
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "dynvocab_config.json"
+#: compute dtypes of the phrase encoder at inference ("auto": bfloat16 where the device computes it natively)
+ENCODE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class JsonConfig:
@@ -97,6 +99,12 @@ class DynamicVocabConfig(JsonConfig):
         default=0.0, metadata={"help": "Calibration bias added to every phrase logit (negative: phrases win less often)."}
     )
     encode_batch_size: int = field(default=256, metadata={"help": "Phrases encoded per forward pass when caching vectors."})
+    encode_dtype: str = field(
+        default="auto",
+        metadata={"help": "Compute dtype (autocast) of the phrase encoder at inference: 'float32', 'bfloat16', "
+                          "'float16', or 'auto' (bfloat16 where the device computes it natively, else float32). "
+                          "Training always runs the encoder in its own dtype."},
+    )
     base_model_type: str | None = field(default=None, metadata={"help": "model_type of the wrapped LM."})
     base_hidden_size: int | None = field(default=None, metadata={"help": "Hidden size of the wrapped LM."})
     base_vocab_size: int | None = field(default=None, metadata={"help": "Vocabulary size V of the wrapped LM."})
@@ -121,6 +129,8 @@ class DynamicVocabConfig(JsonConfig):
             raise ValueError(f"readback must be 'tokens' or 'vector', got {self.readback!r}")
         if not self.phrase_score_scale > 0:
             raise ValueError(f"phrase_score_scale must be > 0, got {self.phrase_score_scale}")
+        if self.encode_dtype not in ENCODE_DTYPES:
+            raise ValueError(f"encode_dtype must be one of {', '.join(ENCODE_DTYPES)}, got {self.encode_dtype!r}")
         if self.encode_batch_size < 1:
             raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
 

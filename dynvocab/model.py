@@ -21,6 +21,7 @@ from .config import DynamicVocabConfig
 from .agreement import PhraseAgreement
 from .phrase_encoder import PhraseEncoder, unwrap_model
 from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
+from .precision import encode_autocast_dtype
 from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
@@ -66,6 +67,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self.vocab_size = base.get_input_embeddings().num_embeddings
         self.phrase_table = PhraseTable(tokenizer, self.vocab_size, config.max_phrase_tokens)
         self._row_masks: torch.Tensor | None = None
+        self._row_sources: list[dict[str, str | None]] | None = None
         self._encoded_version: int | None = None
         self._expansion_key: tuple | None = None  # the table version and device the read-back's lookup was built for
         self._expansion_cache: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -144,7 +146,10 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self.phrase_table.keep([i for i, p in enumerate(self.phrase_table.phrases) if p.text in wanted])
         for row in checked:
             self.phrase_table.add_validated(row)
+        self.phrase_table.update_sources(p for row in checked for p, _ in row)
         self._row_masks = self._build_row_masks(checked) if per_row else None
+        # a text may come from different documents in different rows: each row keeps its own sources
+        self._row_sources = [{p.text: p.source for p, _ in reversed(row)} for row in checked] if per_row else None
         self.refresh_phrase_vectors(only_new=True)
 
     def add_phrases(self, phrases: Sequence[PhraseLike], mid_sentence_forms: bool = True) -> None:
@@ -192,9 +197,12 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self._encoded_version = self._encoder_version()
 
     def _encode(self, token_ids: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Input and output vectors ``(n, d)`` of ``token_ids``, in eval mode and ``encode_dtype``."""
         was_training = self.phrase_encoder.training
         self.phrase_encoder.eval()
-        vectors = self.phrase_encoder.encode_ids(token_ids, self.dynvocab_config.encode_batch_size)
+        dtype = encode_autocast_dtype(self.dynvocab_config.encode_dtype, self.device)
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+            vectors = self.phrase_encoder.encode_ids(token_ids, self.dynvocab_config.encode_batch_size)
         self.phrase_encoder.train(was_training)
         return vectors
 
@@ -234,9 +242,20 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
     def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False) -> str:
         return text.decode(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens)
 
-    def segments(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False) -> list[text.Segment]:
-        """Each phrase of ``ids`` and each run of tokens between them, with phrase sources."""
-        return text.segments(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens)
+    def segments(
+        self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False, row: int | None = None
+    ) -> list[text.Segment]:
+        """Each phrase of ``ids`` and each run of tokens between them, with phrase sources.
+
+        After ``set_phrases`` with one list per row, ``row`` gives the sources of that row's set
+        (the same text may come from another document in another row).
+        """
+        sources = None
+        if row is not None and self._row_sources is not None:
+            if not 0 <= row < len(self._row_sources):
+                raise ValueError(f"row={row} but the phrase sets have {len(self._row_sources)} rows")
+            sources = self._row_sources[row]
+        return text.segments(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens, sources)
 
     def text_streamer(self, skip_prompt: bool = True, **decode_kwargs) -> TextStreamer:
         """A ``TextStreamer`` for ``generate(streamer=...)`` that prints phrases as text."""

@@ -166,6 +166,18 @@ class PhraseTable:
         self.version += bool(new)
         return new
 
+    def update_sources(self, phrases: Iterable[Phrase]) -> None:
+        """Give entries already in the table the sources of ``phrases`` (the first per text wins).
+
+        A replaced phrase set reuses entries (and their vectors) by text; their sources must be the new set's.
+        """
+        updated = set()
+        for phrase in phrases:
+            index = self._index.get(phrase.text)
+            if index is not None and phrase.text not in updated:
+                updated.add(phrase.text)
+                self.phrases[index] = phrase
+
     def keep(self, indices: Sequence[int]) -> None:
         """Keep only the phrases at these table indices, in this order, with their vectors."""
         self.phrases = [self.phrases[i] for i in indices]

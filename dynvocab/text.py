@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .phrase_table import PhraseTable
@@ -38,8 +38,12 @@ def tokenize(text: str, tokenizer, table: PhraseTable, allowed: set[int] | None 
     ]
 
 
-def segments(ids: Sequence[int], tokenizer, table: PhraseTable, skip_special_tokens: bool = False) -> list[Segment]:
-    """Split mixed ids into phrase segments and runs of tokens, each decoded to text."""
+def segments(ids: Sequence[int], tokenizer, table: PhraseTable, skip_special_tokens: bool = False,
+             sources: Mapping[str, str | None] | None = None) -> list[Segment]:
+    """Split mixed ids into phrase segments and runs of tokens, each decoded to text.
+
+    ``sources`` (phrase text -> source) overrides the table's sources where it has the text.
+    """
     vocab, result, run = table.vocab_size, [], []
 
     def flush() -> None:
@@ -57,7 +61,8 @@ def segments(ids: Sequence[int], tokenizer, table: PhraseTable, skip_special_tok
             raise ValueError(f"id {token} is past the vocabulary: V={vocab} plus {len(table)} phrases")
         flush()
         phrase = table.phrases[token - vocab]
-        result.append(Segment(phrase.text, True, phrase.source))
+        source = sources.get(phrase.text, phrase.source) if sources is not None else phrase.source
+        result.append(Segment(phrase.text, True, source))
     flush()
     return result
 

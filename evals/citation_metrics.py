@@ -24,6 +24,7 @@ __all__ = [
     "Statement",
     "alce_citation_scores",
     "answer_support",
+    "evidence_citations",
     "exact_provenance",
     "format_document",
     "hf_entailment",
@@ -159,3 +160,13 @@ def answer_support(cited: Sequence[int], documents: Sequence[Mapping[str, str]],
     numbers = [n for n in dict.fromkeys(cited) if 1 <= n <= len(documents)]
     supported = sum(any(g in normalize_answer(documents[n - 1]["text"]) for g in golds) for n in numbers)
     return {"supported_citations": supported, "citations": len(numbers), "correct": float(supported > 0)}
+
+
+def evidence_citations(cited: Sequence[int], document_ids: Sequence[str], evidence: str) -> dict[str, int]:
+    """How many cited documents (each once) are the question's evidence page: ``evidence_citations`` and ``citations``.
+
+    A support measure that needs no answer string: FanOutQA names the page that holds each answer,
+    while its answers come from another snapshot than the documents and often miss by a figure.
+    """
+    numbers = [n for n in dict.fromkeys(cited) if 1 <= n <= len(document_ids)]
+    return {"evidence_citations": sum(document_ids[n - 1] == evidence for n in numbers), "citations": len(numbers)}

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dynvocab.config import check_field_types
+from dynvocab.config import ENCODE_DTYPES, check_field_types
 from dynvocab.jsonl import iter_jsonl
 
 from .latency import STAGES, StageTimer
@@ -62,6 +62,7 @@ class EvalConfig:
     batch_size: int = field(default=8, metadata={"help": "Prompts generated together in the quality pass."})
     latency_prompts: int = field(default=20, metadata={"help": "Prompts timed one at a time (the latency pass; 0 skips it)."})
     readback: str = field(default="tokens", metadata={"help": "Dynamic systems: read an emitted phrase back as 'tokens' or 'vector'."})
+    encode_dtype: str = field(default="auto", metadata={"help": "Dynamic systems: phrase encoder compute dtype, 'auto', 'float32', 'bfloat16' or 'float16'."})
     edges: str = field(default="content", metadata={"help": "Dynamic systems: phrase edges, 'content' or 'any'."})
     ranking: str = field(default="relevance", metadata={"help": "Dynamic systems: phrase order, 'relevance' or 'frequency'."})
     phrase_bias: float = field(default=0.0, metadata={"help": "Dynamic systems: calibration bias added to phrase logits."})
@@ -86,6 +87,8 @@ class EvalConfig:
             raise ValueError(f"systems={self.systems!r} names no system; e.g. --systems bare,dynamic")
         if self.data not in ("wikipedia", "licenses"):
             raise ValueError(f"data={self.data!r}; choose 'wikipedia' or 'licenses'")
+        if self.encode_dtype not in ENCODE_DTYPES:
+            raise ValueError(f"encode_dtype={self.encode_dtype!r}; choose one of {', '.join(ENCODE_DTYPES)}")
         if self.decoding not in ("greedy", "nucleus"):
             raise ValueError(f"decoding={self.decoding!r}; choose 'greedy' or 'nucleus'")
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):
@@ -208,7 +211,8 @@ class Generators:
             settings = every[spec.base] | {"what": BASES[spec.base]}
             if spec.base.startswith("dynamic"):
                 settings |= self._pipeline_config(spec).__dict__ | {"readback": spec.get("readback", c.readback),
-                                                                    "phrase_score_bias": spec.get("bias", c.phrase_bias)}
+                                                                    "phrase_score_bias": spec.get("bias", c.phrase_bias),
+                                                                    "encode_dtype": spec.get("encode", c.encode_dtype)}
             else:
                 settings |= self.sampling(spec)
             if spec.base.startswith("bare-rag"):
@@ -314,6 +318,7 @@ class Generators:
         model = self.untrained if spec.base == "dynamic-untrained" else self.trained
         model.set_phrases([])  # every request encodes its phrases from scratch: no cache from earlier prompts
         model.dynvocab_config.readback = spec.get("readback", self.config.readback)
+        model.dynvocab_config.encode_dtype = spec.get("encode", self.config.encode_dtype)
         model.dynvocab_config.phrase_score_bias = spec.get("bias", self.config.phrase_bias)
         results = PhrasePipeline(model, self.index, self._pipeline_config(spec)).batch(
             [item["prompt"] for item in items], max_chars=[len(item["reference"]) for item in items]
@@ -386,7 +391,7 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 #: settings that change what is generated: a run resumes only under the same ones
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
-                       "readback", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses", "verify_top_k",
+                       "readback", "encode_dtype", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses", "verify_top_k",
                        "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from dynvocab.config import check_field_types
+from dynvocab.config import ENCODE_DTYPES, check_field_types
 from dynvocab.jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
@@ -35,8 +35,10 @@ MODES = {
 }
 _SYSTEM = re.compile(r"^(?P<mode>[a-z-]+)(?:@(?P<k>\d+))?(?P<oracle>\+oracle)?$")
 
-DEFAULT_SYSTEMS = ("bare@3,ngram@3,ngram-nomark@3,content@3,bare@5,ngram@5,content@5,"
-                   "bare@3+oracle,ngram@3+oracle,content@3+oracle")
+#: the comparison the targets are judged on; the same 3 documents, so one prefill and one batched decode per question
+DEFAULT_SYSTEMS = "bare@3,ngram@3,ngram-nomark@3,content@3"
+#: the diagnostic grid: more documents, and the evidence page forced in
+DIAGNOSTIC_SYSTEMS = "bare@5,ngram@5,content@5,bare@3+oracle,ngram@3+oracle,content@3+oracle"
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,17 @@ class QAEvalConfig:
     checkpoint: str | None = field(default=None, metadata={"help": "Trained phrase encoder; default: the shipped one (smollm2)."})
     index: str | None = field(default=None, metadata={"help": "Document index dir; default: MiniLM + FAISS over every Wikipedia lead."})
     encoder: str = field(default="minilm", metadata={"help": "The index's document encoder (name or path)."})
-    systems: str = field(default=DEFAULT_SYSTEMS, metadata={"help": "Comma-separated MODE[@K][+oracle] systems (see the module docs)."})
+    systems: str = field(
+        default=DEFAULT_SYSTEMS,
+        metadata={"help": f"Comma-separated MODE[@K][+oracle] systems (see the module docs); the diagnostic grid is {DIAGNOSTIC_SYSTEMS}."},
+    )
     num_questions: int = field(default=0, metadata={"help": "Questions evaluated (0: all)."})
     document_words: int = field(default=100, metadata={"help": "Words of each document shown (ALCE passages: 100)."})
     max_phrases: int = field(default=256, metadata={"help": "Phrases per document at most."})
     max_new_tokens: int = field(default=48, metadata={"help": "Decoding steps per answer at most (greedy)."})
     agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
     phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase at most this often per answer (0: no limit)."})
+    encode_dtype: str = field(default="auto", metadata={"help": "Phrase encoder compute dtype: 'auto', 'float32', 'bfloat16' or 'float16'."})
     nli_model: str | None = field(default=None, metadata={"help": "HF NLI classifier (name or path) for ALCE citation recall/precision; none: skipped."})
     output_dir: str = field(default="runs/qa", metadata={"help": "generations.jsonl, results.json and report.md."})
 
@@ -97,6 +103,8 @@ class QAEvalConfig:
             raise ValueError(f"data={self.data!r} is neither 'fanoutqa' nor an existing ASQA JSON file; pass one of them")
         if self.data != "fanoutqa" and any(s.oracle for s in parsed):
             raise ValueError("+oracle systems need evidence pages, which only --data fanoutqa has; drop them for ASQA")
+        if self.encode_dtype not in ENCODE_DTYPES:
+            raise ValueError(f"encode_dtype={self.encode_dtype!r}; choose one of {', '.join(ENCODE_DTYPES)}")
         for name in ("num_questions", "max_phrases", "agreement_top_k", "phrase_max_uses"):
             if getattr(self, name) < 0:
                 raise ValueError(f"QAEvalConfig.{name}={getattr(self, name)} must be >= 0")
@@ -118,7 +126,7 @@ class QAEvalConfig:
 
 #: settings that change what is generated: a run resumes only under the same ones
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "index", "encoder", "document_words", "max_phrases",
-                       "max_new_tokens", "agreement_top_k", "phrase_max_uses")
+                       "max_new_tokens", "agreement_top_k", "phrase_max_uses", "encode_dtype")
 
 
 def check_resumable(config: QAEvalConfig) -> None:
@@ -210,7 +218,9 @@ def generate_answers(config: QAEvalConfig) -> tuple[list[dict], list[dict], dict
             pages.update({d["id"]: d for d in found})
     if todo:
         checkpoint = config.checkpoint or (SHIPPED_ENCODER if config.model == "smollm2" else None)
-        qa = CitationQA(load_dynamic_lm(config.model, checkpoint), index)
+        model = load_dynamic_lm(config.model, checkpoint)
+        model.dynvocab_config.encode_dtype = config.encode_dtype
+        qa = CitationQA(model, index)
         with open(path, "a", encoding="utf-8") as f:
             for i, left in tqdm(todo, desc="eval-qa", unit="question"):
                 finished = answer_item(qa, config, items[i], left, {s.name: documents[s.name][i] for s in left})

@@ -11,7 +11,7 @@ from pathlib import Path
 from retrieval.citations import strip_markers
 from retrieval.qa import shown_document
 
-from .citation_metrics import alce_citation_scores, answer_support, exact_provenance, hf_entailment
+from .citation_metrics import alce_citation_scores, answer_support, evidence_citations, exact_provenance, hf_entailment
 from .qa_eval import QAEvalConfig, parse_qa_system
 from .qa_metrics import qa_scores
 from .report import environment
@@ -38,6 +38,7 @@ def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalCo
     """Every metric of one system over its answers (in question order)."""
     sums = {"str_em": 0.0, "em": 0.0, "f1": 0.0, "rouge_l": 0.0}
     supported = cited = correct = answered_with_citation = answerable = 0
+    on_evidence = evidence_cited = 0
     provenance = {"phrase": [0, 0], "model": [0, 0]}
     alce = {"citation_recall": 0.0, "citation_precision": 0.0}
     for record in records:
@@ -51,6 +52,9 @@ def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalCo
         answerable += answer_support(range(1, len(documents) + 1), documents, golds)["correct"]
         supported, cited = supported + support["supported_citations"], cited + support["citations"]
         correct += support["correct"]
+        if item.get("evidence") is not None:
+            counts = evidence_citations(record["cited"], record["documents"], item["evidence"])
+            on_evidence, evidence_cited = on_evidence + counts["evidence_citations"], evidence_cited + counts["citations"]
         answered_with_citation += bool(record["cited"])
         for origin, counts in provenance.items():
             mine = [c for c in record["citations"] if c["origin"] == origin]
@@ -67,6 +71,7 @@ def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalCo
         "gold_in_documents": answerable / n,
         "answer_support_precision": supported / cited if cited else float("nan"),
         "correct_citation": correct / n,
+        "evidence_page_precision": on_evidence / evidence_cited if evidence_cited else float("nan"),
         "answers_with_citation": answered_with_citation / n,
         "citations_per_answer": sum(len(r["citations"]) for r in records) / n,
         "phrase_citations": provenance["phrase"][1], "model_citations": provenance["model"][1],
@@ -121,7 +126,7 @@ def targets(results: dict, wall_seconds: float) -> list[tuple[str, str, bool | N
 
 
 #: the columns compared against the bare counterpart (the same documents, no phrases)
-COMPARED = ("str_em", "em", "f1", "rouge_l", "answer_support_precision", "correct_citation")
+COMPARED = ("str_em", "em", "f1", "rouge_l", "answer_support_precision", "correct_citation", "evidence_page_precision")
 
 
 def losses(results: dict) -> list[str]:
@@ -180,14 +185,14 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
         f"Generation time (all sessions of this run): {summary['generation_seconds'] / 60:.1f} min.", "",
         "## Answers", "",
         "| system | gold in docs | STR-EM | EM | F1 | ROUGE-L | answers citing | cit./answer | answer-support prec. | "
-        "correct citation | exact prov. (phrase / model) | phrase steps | s/answer |",
-        "|" + "---|" * 13,
+        "correct citation | evidence-page prec. | exact prov. (phrase / model) | phrase steps | s/answer |",
+        "|" + "---|" * 14,
     ]
     for name, m in results.items():
         lines.append(
             f"| {name} | {_pct(m['gold_in_documents'])} | {_pct(m['str_em'])} | {_pct(m['em'])} | {_pct(m['f1'])} | {_pct(m['rouge_l'])} | "
             f"{_pct(m['answers_with_citation'])} | {m['citations_per_answer']:.2f} | {_pct(m['answer_support_precision'])} | "
-            f"{_pct(m['correct_citation'])} | {_pct(m['exact_provenance_phrase'])} ({m['phrase_citations']}) / "
+            f"{_pct(m['correct_citation'])} | {_pct(m['evidence_page_precision'])} | {_pct(m['exact_provenance_phrase'])} ({m['phrase_citations']}) / "
             f"{_pct(m['exact_provenance_model'])} ({m['model_citations']}) | {_pct(m['phrase_share'])} | "
             f"{m['seconds_per_answer']:.2f} |"
         )
@@ -205,7 +210,9 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
               "gold in docs is the share of questions with a gold answer in one of the documents shown (the ceiling of "
               "correct citation; FanOutQA's answers come from another Wikipedia snapshot than the leads, so figures such as "
               "populations often differ); answer-support precision is the share of cited documents (each once per answer) that contain a gold answer; "
-              "correct citation is the share of answers citing at least one such document; exact provenance is the share "
+              "correct citation is the share of answers citing at least one such document; evidence-page precision is "
+              "the share of cited documents that are the page FanOutQA names as holding the answer (no answer string "
+              "needed; a measure beside the targets, not one of them); exact provenance is the share "
               "of citations whose span is verbatim in the document cited (phrase: placed from an emitted phrase; model: "
               "written by the model, its span the text since the previous marker or sentence start).", ""]
     return "\n".join(lines)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dynvocab.config import ENCODE_DTYPES
+
 #: base systems and what each is
 BASES = {
     "bare": "the LM alone, KV cache on",
@@ -26,6 +28,7 @@ _DYNAMIC = ("dynamic", "dynamic-untrained")
 _ALL = tuple(BASES)
 OPTIONS = {
     "readback": (str, ("tokens", "vector"), _DYNAMIC),
+    "encode": (str, ENCODE_DTYPES, _DYNAMIC),
     "edges": (str, ("content", "any"), _DYNAMIC),
     "ranking": (str, ("relevance", "frequency"), _DYNAMIC),
     "bias": (float, None, _DYNAMIC),

@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteriaLi
 
 from dynvocab import DynamicVocabLM
 from dynvocab.assets import resolve_model, wikipedia_leads
+from dynvocab.precision import encode_autocast_dtype
 from dynvocab.stopping import CharacterBudget
 from retrieval import extract_phrases
 
@@ -83,15 +84,23 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"phrase pool: {len(pool)} phrases from {args.leads} leads in {time.perf_counter() - start:.1f} s")
     results: dict = {}
 
-    # (c) encoding throughput, 2-8-token phrases
+    # (c) encoding throughput, 2-8-token phrases, float32 against the default encode_dtype ("auto")
     token_ids = [tuple(i) for i in tokenizer([p.text for p in pool[: args.encode]], add_special_tokens=False)["input_ids"]]
-    with torch.no_grad():
-        model.phrase_encoder.encode_ids(token_ids[:512])
+    vectors = {}
+    for dtype in ("float32", model.dynvocab_config.encode_dtype):
+        model.dynvocab_config.encode_dtype = dtype
+        model._encode(token_ids[:512])  # warm-up
         start = time.perf_counter()
-        model.phrase_encoder.encode_ids(token_ids)
-    results["encode_phrases_per_s"] = len(token_ids) / (time.perf_counter() - start)
+        vectors[dtype] = model._encode(token_ids)[1]
+        results[f"encode_phrases_per_s_{dtype}"] = len(token_ids) / (time.perf_counter() - start)
+    results["encode_phrases_per_s"] = results[f"encode_phrases_per_s_{dtype}"]
+    cosine = torch.nn.functional.cosine_similarity(vectors["float32"], vectors[dtype], dim=-1).min().item()
     mean_len = sum(map(len, token_ids)) / len(token_ids)
-    print(f"(c) phrase encoding: {results['encode_phrases_per_s']:.0f} phrases/s (mean {mean_len:.1f} tokens; target >= 2000)")
+    print(f"(c) phrase encoding: {results['encode_phrases_per_s']:.0f} phrases/s with encode_dtype={dtype!r} "
+          f"({encode_autocast_dtype(dtype, model.device) or 'float32'}), "
+          f"{results['encode_phrases_per_s'] / results['encode_phrases_per_s_float32']:.2f}x float32's "
+          f"{results['encode_phrases_per_s_float32']:.0f}/s; lowest cosine to float32 {cosine:.6f} "
+          f"(mean {mean_len:.1f} tokens; target >= 2000)")
 
     # (d) memory of the largest table
     before = resident_gb()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +26,9 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from dynvocab.atomic import atomic_directory, recover, verify
+from dynvocab.precision import cpu_processes, mixed_precision
 
-__all__ = ["EXPORT_DIR", "LoopSettings", "EncoderTrainer", "mixed_precision"]
+__all__ = ["EXPORT_DIR", "LoopSettings", "EncoderTrainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,15 +53,6 @@ class LoopSettings:
     seed: int = field(default=0, metadata={"help": "seed of batches, masks, dropout and initialisation"})
 
 
-def mixed_precision(setting: str) -> str:
-    """``'auto'`` becomes ``'bf16'`` on a GPU that supports it, else ``'no'``; other settings pass through."""
-    if setting not in ("no", "bf16", "auto"):
-        raise ValueError(f"mixed_precision={setting!r}; choose 'no', 'bf16' or 'auto'")
-    if setting != "auto":
-        return setting
-    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-
-
 class EncoderTrainer:
     """Trains ``module`` (whose ``forward(**batch)`` returns ``{"loss", ...terms}``) for ``settings.max_steps``.
 
@@ -71,8 +62,7 @@ class EncoderTrainer:
 
     def __init__(self, module: nn.Module, settings: LoopSettings, output_dir: str | Path,
                  export: Callable[[nn.Module, Path], None]) -> None:
-        cpu_processes = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
-        self.accelerator = Accelerator(mixed_precision=mixed_precision(settings.mixed_precision), cpu=cpu_processes)
+        self.accelerator = Accelerator(mixed_precision=mixed_precision(settings.mixed_precision), cpu=cpu_processes())
         self.settings, self.output_dir, self.export = settings, Path(output_dir), export
         trainable = [p for p in module.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=settings.weight_decay)

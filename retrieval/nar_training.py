@@ -26,7 +26,7 @@ from transformers import get_linear_schedule_with_warmup
 from dynvocab.config import JsonConfig
 from dynvocab.shortlist import ShortlistConfig, ShortlistHead
 from dynvocab.tensor_files import read_tensor_folder, write_tensor_folder
-from dynvocab.training.trainer import cpu_processes, mixed_precision
+from dynvocab.precision import cpu_processes, mixed_precision
 
 from .nar_loss import IGNORE, NarLossWeights, nar_loss
 from .nar_model import NarRetriever

@@ -194,7 +194,8 @@ class PhrasePipeline:
                 )
                 steps = [len(ids) for ids in new]
         shares = {stage: seconds / len(prompts) for stage, seconds in timer.totals().items()}
-        return [self._result(*row, shares) for row in zip(prompts, new, documents, map(len, phrases), steps)]
+        rows = zip(prompts, new, documents, map(len, phrases), steps)
+        return [self._result(*fields, shares, row=i if len(prompts) > 1 else None) for i, fields in enumerate(rows)]
 
     def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None) -> tuple[list[list[int]], list[int]]:
         """Each prompt by ``generate_verified`` with its row's phrases: the new ids and the steps they took."""
@@ -222,8 +223,8 @@ class PhrasePipeline:
         return StageTimer(synchronize=torch.cuda.synchronize if self.model.device.type == "cuda" else None)
 
     def _result(self, prompt: str, new: list[int], documents: list[dict], num_phrases: int, steps: int,
-                latency: dict) -> PipelineResult:
-        segments = self.model.segments(new, skip_special_tokens=True)
+                latency: dict, row: int | None = None) -> PipelineResult:
+        segments = self.model.segments(new, skip_special_tokens=True, row=row)
         return PipelineResult(
             prompt=prompt, text="".join(s.text for s in segments), segments=segments, documents=documents,
             num_phrases=num_phrases, steps=steps, latency={stage: latency.get(stage, 0.0) for stage in STAGES},

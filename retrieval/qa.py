@@ -322,16 +322,16 @@ class CitationQA:
                              max_new_tokens=first.max_new_tokens, stopping_criteria=stopping,
                              pad_token_id=_pad(tokenizer), **first.generation_kwargs())
         seconds = (time.perf_counter() - start) / len(rows)
-        return [self._result(question, documents, new, len(phrases), config, seconds)
-                for new, phrases, config in zip(out[:, len(ids) :].tolist(), rows, configs)]
+        return [self._result(question, documents, new, len(phrases), config, seconds, row=i if len(rows) > 1 else None)
+                for i, (new, phrases, config) in enumerate(zip(out[:, len(ids) :].tolist(), rows, configs))]
 
     def _result(self, question: str, documents: list[dict], new: list[int], num_phrases: int, config: QAConfig,
-                seconds: float) -> QAResult:
+                seconds: float, row: int | None = None) -> QAResult:
         eos = self.model.generation_config.eos_token_id
         eos = {eos} if isinstance(eos, int) else set(eos or [])
         end = next((i for i, token in enumerate(new) if token in eos), len(new))
         new = new[:end]
-        segments = _lstrip(self.model.segments(new, skip_special_tokens=True))
+        segments = _lstrip(self.model.segments(new, skip_special_tokens=True, row=row))
         answer, citations = cite_segments(segments, len(documents))
         cut = answer_end(answer, config.stop_at_newline, config.max_sentences)
         text = "".join(s.text for s in segments)

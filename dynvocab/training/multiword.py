@@ -18,7 +18,8 @@ from ..assets import resolve_model
 from ..corpora import WIKIPEDIA_HELD_OUT
 from ..multiword import MultiWordLM, MultiWordVocab
 from ..padding import pad_id, pad_sequences
-from .trainer import cpu_processes, epoch_texts, mixed_precision, training_texts
+from ..precision import cpu_processes, mixed_precision
+from .trainer import epoch_texts, training_texts
 
 __all__ = ["MultiWordTrainConfig", "batches", "train_multiword"]
 

@@ -30,6 +30,7 @@ from ..assets import resolve_model
 from ..atomic import atomic_directory
 from ..loading import LM_ADAPTER, LM_WEIGHTS
 from ..model import DynamicVocabLM
+from ..precision import cpu_processes, mixed_precision
 from ..serialization import write_model_files
 from .batching import MixedBatch, collate
 from .config import TrainConfig
@@ -124,13 +125,6 @@ def epoch_texts(config: TrainConfig, epoch: int) -> list[str] | Iterator[str]:
     return texts
 
 
-def mixed_precision(setting: str) -> str:
-    """``'auto'`` becomes ``'bf16'`` where a GPU supports it, else ``'no'``; other settings pass through."""
-    if setting != "auto":
-        return setting
-    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-
-
 def sample_stream(
     config: TrainConfig, tokenizer, support: list[list[int]], shard: int = 0, num_shards: int = 1
 ) -> Iterator[list]:
@@ -168,11 +162,6 @@ def sample_stream(
     while True:
         batch = [next(samples) for _ in range(config.batch_size * num_shards)]
         yield batch[shard * config.batch_size : (shard + 1) * config.batch_size]
-
-
-def cpu_processes() -> bool:
-    """Launched as several processes on a machine without CUDA: accelerate then needs ``cpu=True`` to use gloo."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
 
 
 class Trainer:

@@ -110,6 +110,7 @@ CASES = [
     ("config phrase_score_bias a string", lambda m: DynamicVocabConfig(phrase_score_bias="-1"), TypeError,
      "must be float"),
     ("config phrase_dtype unknown", lambda m: DynamicVocabConfig(phrase_dtype="int8"), ValueError, "phrase_dtype"),
+    ("config encode_dtype unknown", lambda m: DynamicVocabConfig(encode_dtype="fp8"), ValueError, "encode_dtype"),
     ("config encode_batch_size True", lambda m: DynamicVocabConfig(encode_batch_size=True), TypeError, "must be int"),
     ("resolve_model a missing absolute path", lambda m: resolve_model("/no/such/model"), FileNotFoundError,
      "does not exist"),

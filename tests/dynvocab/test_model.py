@@ -190,6 +190,30 @@ def test_a_bfloat16_phrase_table_scores_close_to_float32(base_model, tokenizer):
     torch.testing.assert_close(b[..., exact.vocab_size :], a[..., exact.vocab_size :], rtol=0.02, atol=0.02)
 
 
+def test_a_bfloat16_encoder_pass_gives_vectors_close_to_float32(base_model, tokenizer):
+    exact = DynamicVocabLM.from_causal_lm(copy.deepcopy(base_model), tokenizer, encode_dtype="float32").eval()
+    fast = DynamicVocabLM.from_causal_lm(base_model, tokenizer, encode_dtype="bfloat16").eval()
+    fast.phrase_encoder.load_state_dict(exact.phrase_encoder.state_dict())
+    for model in (exact, fast):
+        model.set_phrases(PHRASES)
+    a, b = exact.phrase_table.output_vectors, fast.phrase_table.output_vectors
+    assert b.dtype == torch.float32  # stored in phrase_dtype; only the pass ran in bfloat16
+    assert not torch.equal(a, b)
+    assert torch.nn.functional.cosine_similarity(a, b, dim=-1).min() > 0.999
+    torch.testing.assert_close(fast._cached_input_vectors([0, 1]), exact._cached_input_vectors([0, 1]), rtol=0.02, atol=0.02)
+
+
+@pytest.mark.parametrize("bf16_cpu, expected", [(True, torch.bfloat16), (False, None)])
+def test_auto_encode_dtype_uses_bfloat16_only_where_the_cpu_computes_it(monkeypatch, bf16_cpu, expected):
+    from dynvocab.precision import encode_autocast_dtype
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_cpu)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert encode_autocast_dtype("auto", torch.device("cpu")) is expected
+    assert encode_autocast_dtype("float32", torch.device("cpu")) is None
+    assert encode_autocast_dtype("float16", torch.device("cpu")) is torch.float16
+
+
 def test_generate_continuations_stops_each_row_at_its_own_character_budget(llama, tokenizer):
     from dynvocab.generation import generate_continuations
 

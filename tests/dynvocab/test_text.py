@@ -40,6 +40,21 @@ def test_tokenize_for_one_row_uses_only_its_phrases(model):
     assert model.vocab_size + 1 in model.tokenize(TEXT, row=1)
 
 
+def test_a_replaced_phrase_set_gives_reused_phrases_their_new_source(model):
+    model.set_phrases([Phrase(" of the", "doc-9"), Phrase(" in the", "doc-9")])
+    sources = {s.text: s.source for s in model.segments(model.tokenize(TEXT)) if s.is_phrase}
+    assert sources == {" of the": "doc-9", " in the": "doc-9"}
+
+
+def test_each_row_keeps_its_own_source_for_the_same_text(model):
+    model.set_phrases([[Phrase(" of the", "a"), Phrase(" in the", "a")], [Phrase(" in the", "b"), Phrase(" of the", "c")]])
+    ids = model.tokenize(TEXT, row=0)
+    for row, expected in ((0, {" of the": "a", " in the": "a"}), (1, {" of the": "c", " in the": "b"})):
+        assert {s.text: s.source for s in model.segments(ids, row=row) if s.is_phrase} == expected
+    with pytest.raises(ValueError, match="row=2"):
+        model.segments(ids, row=2)
+
+
 def test_decode_rejects_unknown_ids(model):
     with pytest.raises(ValueError, match="past the vocabulary"):
         model.decode([model.vocab_size + 99])

@@ -7,6 +7,7 @@ import pytest
 from evals.citation_metrics import (
     alce_citation_scores,
     answer_support,
+    evidence_citations,
     exact_provenance,
     format_document,
     split_statements,
@@ -157,3 +158,10 @@ def test_answer_support_looks_for_the_gold_answer_in_cited_documents():
     assert answer_support([9], DOCS, ["Seine"])["citations"] == 0  # no such document
     with pytest.raises(ValueError, match="non-empty list"):
         answer_support([1], DOCS, "Seine")
+
+
+def test_evidence_citations_count_cited_documents_that_are_the_evidence_page():
+    ids = ["Paris", "Seine", "Tokyo"]
+    assert evidence_citations([2, 1, 2], ids, "Seine") == {"evidence_citations": 1, "citations": 2}
+    assert evidence_citations([1, 3], ids, "Seine") == {"evidence_citations": 0, "citations": 2}
+    assert evidence_citations([4, 0], ids, "Seine") == {"evidence_citations": 0, "citations": 0}  # no such documents

@@ -6,7 +6,7 @@ import pytest
 from encoders.dupmae import DupMAEConfig, load_masked_lm
 from encoders.hybrid import HybridEncoder, HybridEncoderConfig, HybridVectors
 from evals.retrieval_eval import RetrievalEvalConfig
-from retrieval.encoder_trainer import mixed_precision
+from dynvocab.precision import mixed_precision
 from retrieval.finetuning import FinetuneConfig
 from retrieval.hybrid_index import HybridIndex
 from retrieval.pairs import training_pairs

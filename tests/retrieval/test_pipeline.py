@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dynvocab import DynamicVocabLM
+from dynvocab import DynamicVocabLM, Phrase
 from retrieval import DocumentIndex
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
@@ -54,6 +54,23 @@ def test_cited_spans_are_marked(pipeline):
     result = pipeline("Which river flows through New York City?")
     assert result.phrase_steps == result.steps
     assert result.marked().startswith("[") and "]^1" in result.marked()
+
+
+def test_a_batch_cites_each_row_from_its_own_documents(pipeline):
+    from dynvocab.scoring import DotProductScorer
+
+    class PreferPhrases(DotProductScorer):
+        def forward(self, hidden, vectors, mask=None):
+            return super().forward(hidden, vectors, mask) + 1e4
+
+    pipeline.model.scorer = PreferPhrases()
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=6, agreement_top_k=0, phrase_max_uses=0)
+    # both documents hold " is the capital of": one text, a different source in each row
+    pipeline.candidates = lambda documents: [Phrase(" is the capital of", documents[0]["id"])]
+    results = pipeline.batch(["Tell me about France. Paris", "Tell me about Japan. Tokyo"])
+    for result, expected in zip(results, ("paris", "tokyo")):
+        assert [d["id"] for d in result.documents] == [expected]
+        assert result.phrase_steps and {s.source for s in result.segments if s.is_phrase} == {expected}
 
 
 def test_realtime_mode_adds_phrases_during_decoding(pipeline):
