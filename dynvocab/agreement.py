@@ -6,6 +6,13 @@ phrase only when its first token is among the LM's ``top_k`` tokens at that step
 relaxed acceptance rule in the spirit of NEST's span verification, Li et al. 2024);
 the LM's tokens are left as they are. ``generate(..., phrase_agreement_top_k=k)`` on a
 ``DynamicVocabLM`` adds it.
+
+``FirstTokenMass`` goes further: it keeps the LM's own probability of every next token
+and lets the phrases that start with a token share only that token's mass, split with
+the token itself by their joint scores. The text's next-token distribution is then the
+LM's exactly; phrases only choose how a continuation the LM already wants goes on.
+``generate(..., phrase_first_token_mass=True)`` adds it (meant for sampling, where an
+over-scored phrase is otherwise drawn far more often than the LM would write its text).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessor
 
-__all__ = ["PhraseAgreement"]
+__all__ = ["FirstTokenMass", "PhraseAgreement"]
 
 
 class PhraseAgreement(LogitsProcessor):
@@ -42,3 +49,36 @@ class PhraseAgreement(LogitsProcessor):
         agrees = allowed[:, self.first_tokens.to(scores.device)]
         phrase_scores = scores[:, self.vocab_size : self.vocab_size + phrases].masked_fill(~agrees, float("-inf"))
         return torch.cat([scores[:, : self.vocab_size], phrase_scores, scores[:, self.vocab_size + phrases :]], dim=1)
+
+
+class FirstTokenMass(LogitsProcessor):
+    """Rescales token and phrase scores so that everything starting with token ``t`` has the LM's ``p(t)``.
+
+    Within the group of token ``t`` and the phrases whose first token is ``t``, each member
+    gets ``log p_LM(t) + score - logsumexp(group scores)``; a token no phrase starts with
+    keeps ``log p_LM(t)``. The result is a normalised log-distribution over tokens and phrases.
+
+    Args:
+        vocab_size: ``V``; columns ``>= V`` of the scores are phrases.
+        phrase_token_ids: every phrase's tokens, in table order.
+    """
+
+    def __init__(self, vocab_size: int, phrase_token_ids: list[tuple[int, ...]]) -> None:
+        self.vocab_size = vocab_size
+        self.first_tokens = torch.tensor([ids[0] for ids in phrase_token_ids], dtype=torch.long)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """``(B, L)`` ids, ``(B, V + P)`` scores -> ``(B, V + P)`` log-probabilities."""
+        phrases, vocab = self.first_tokens.numel(), self.vocab_size
+        if not phrases:
+            return scores
+        tokens, phrase_scores = scores[:, :vocab].float(), scores[:, vocab : vocab + phrases].float()
+        first = self.first_tokens.to(scores.device).expand(scores.shape[0], -1)
+        group_max = tokens.scatter_reduce(1, first, phrase_scores, reduce="amax")
+        group_max = group_max.masked_fill(torch.isinf(group_max), 0.0)  # a group that is all -inf stays -inf below
+        mass = (tokens - group_max).exp().scatter_add(1, first, (phrase_scores - group_max.gather(1, first)).exp())
+        group_lse = group_max + mass.log()
+        shift = tokens.log_softmax(-1) - group_lse  # (B, V): log p_LM(t) - logsumexp(group of t)
+        out = torch.cat([tokens + shift, phrase_scores + shift.gather(1, first)], dim=1)
+        out = out.masked_fill(out.isnan(), float("-inf"))  # -inf - -inf: a group with no mass at all
+        return torch.cat([out.to(scores.dtype), scores[:, vocab + phrases :]], dim=1)

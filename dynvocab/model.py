@@ -18,7 +18,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from . import text
 from .assets import resolve_model
 from .config import DynamicVocabConfig
-from .agreement import PhraseAgreement
+from .agreement import FirstTokenMass, PhraseAgreement
 from .phrase_encoder import PhraseEncoder, unwrap_model
 from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
 from .precision import encode_autocast_dtype
@@ -420,8 +420,9 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``segments``. ``no_repeat_ngram_size`` and ``repetition_penalty`` count a phrase
         as the tokens it spells (``dynvocab.repetition``), so a phrase cannot loop;
         ``phrase_agreement_top_k=k`` lets a phrase start only with one of the LM's top-k
-        tokens (``dynvocab.agreement``); ``phrase_max_uses=n`` emits each phrase at most
-        ``n`` times per row.
+        tokens (``dynvocab.agreement``); ``phrase_first_token_mass=True`` keeps the LM's
+        own next-token distribution and lets phrases share their first token's mass;
+        ``phrase_max_uses=n`` emits each phrase at most ``n`` times per row.
         """
         self._cached_vectors()
         kwargs = self._phrase_aware_repetition(kwargs)
@@ -438,10 +439,11 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     def _phrase_aware_repetition(self, kwargs: dict) -> dict:
         """Swap ``no_repeat_ngram_size`` / ``repetition_penalty`` / ``phrase_agreement_top_k`` / ``phrase_max_uses``
-        for ``phrase_logits_processors``."""
+        / ``phrase_first_token_mass`` for ``phrase_logits_processors``."""
         processors = self.phrase_logits_processors(
             kwargs.pop("no_repeat_ngram_size", None), kwargs.pop("repetition_penalty", None),
             kwargs.pop("phrase_agreement_top_k", None), kwargs.pop("phrase_max_uses", None),
+            kwargs.pop("phrase_first_token_mass", False),
         )
         if processors:
             kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), *processors])
@@ -450,8 +452,12 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
     def phrase_logits_processors(
         self, no_repeat_ngram_size: int | None = None, repetition_penalty: float | None = None,
         phrase_agreement_top_k: int | None = None, phrase_max_uses: int | None = None,
+        phrase_first_token_mass: bool = False,
     ) -> LogitsProcessorList:
-        """The phrase-aware processors for these settings (None or off: left out), over the current phrase table."""
+        """The phrase-aware processors for these settings (None or off: left out), over the current phrase table.
+
+        ``FirstTokenMass`` comes last, so it shares out what the guards before it left.
+        """
         token_ids, vocab = self.phrase_table.token_ids, self.vocab_size
         processors = [PhraseAgreement(phrase_agreement_top_k, vocab, token_ids)] if phrase_agreement_top_k else []
         if phrase_max_uses:
@@ -460,6 +466,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             processors.append(PhraseNoRepeatNGram(no_repeat_ngram_size, vocab, token_ids))
         if repetition_penalty is not None and repetition_penalty != 1.0:
             processors.append(PhraseRepetitionPenalty(repetition_penalty, vocab, token_ids))
+        if phrase_first_token_mass:
+            processors.append(FirstTokenMass(vocab, token_ids))
         return LogitsProcessorList(processors)
 
     # ------------------------------------------------------------------ saving

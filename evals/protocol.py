@@ -68,6 +68,7 @@ class EvalConfig:
     phrase_bias: float = field(default=0.0, metadata={"help": "Dynamic systems: calibration bias added to phrase logits."})
     agreement_top_k: int = field(default=3, metadata={"help": "Dynamic systems: a phrase may start only with one of the LM's top-k tokens (0: off)."})
     phrase_max_uses: int = field(default=1, metadata={"help": "Dynamic systems: each phrase emitted at most this often per continuation (0: no limit)."})
+    first_token_mass: bool = field(default=False, metadata={"help": "Dynamic systems: keep the LM's next-token distribution; phrases share their first token's probability."})
     verify_top_k: int = field(default=0, metadata={"help": "Dynamic systems: verified decoding, keep a phrase while its tokens are in the LM's top-k (0: off)."})
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "Every system: no repeated token n-gram (phrases spelled out; 0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "Every system: CTRL repetition penalty (1: off)."})
@@ -309,7 +310,7 @@ class Generators:
             ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
             phrase_max_uses=spec.get("uses", c.phrase_max_uses),
-            verify_top_k=spec.get("verify", c.verify_top_k),
+            verify_top_k=spec.get("verify", c.verify_top_k), first_token_mass=bool(spec.get("mass", c.first_token_mass)),
         )  # its generation_kwargs() are what sampling() gives the other systems
 
     def _dynamic(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
@@ -391,8 +392,12 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 #: settings that change what is generated: a run resumes only under the same ones
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
-                       "readback", "encode_dtype", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses", "verify_top_k",
+                       "readback", "encode_dtype", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses",
+                       "verify_top_k", "first_token_mass",
                        "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens")
+
+#: how runs that predate a setting generated: the encoder ran in float32, and phrases took mass from any token
+SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False}
 
 
 def check_resumable(config: EvalConfig) -> None:
@@ -400,8 +405,9 @@ def check_resumable(config: EvalConfig) -> None:
     path = Path(config.output_dir) / "eval_config.json"
     if path.exists():
         before = json.loads(path.read_text())
-        # a setting missing from the saved config is one the run predates: its generations were made without it
-        before = {k: before.get(k, "(none)") for k in GENERATION_SETTINGS}
+        # a setting missing from the saved config is one the run predates: its generations were made as it says
+        # in SETTINGS_BEFORE_THEY_EXISTED, or else without it
+        before = {k: before.get(k, SETTINGS_BEFORE_THEY_EXISTED.get(k, "(none)")) for k in GENERATION_SETTINGS}
         changed = [k for k in GENERATION_SETTINGS if before[k] != getattr(config, k)]
         if changed:
             raise ValueError(

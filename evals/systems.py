@@ -35,6 +35,7 @@ OPTIONS = {
     "agree": (int, None, _DYNAMIC),
     "uses": (int, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
+    "mass": (int, (0, 1), _DYNAMIC),
     "no_repeat": (int, None, _ALL),
     "penalty": (float, None, _ALL),
     "docs": (int, None, ("bare-rag", "bare-rag-lookup")),

@@ -40,6 +40,10 @@ class PipelineConfig:
     repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty, phrases spelled out (1: off)."})
     agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
     phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase emitted at most this often per continuation (0: no limit)."})
+    first_token_mass: bool = field(
+        default=False,
+        metadata={"help": "Keep the LM's next-token distribution; phrases share their first token's probability."},
+    )
     verify_top_k: int = field(
         default=0,
         metadata={"help": "Verified decoding: keep an emitted phrase only while each token is in the LM's top-k there "
@@ -91,6 +95,8 @@ class PipelineConfig:
             guards["phrase_agreement_top_k"] = self.agreement_top_k
         if self.phrase_max_uses:
             guards["phrase_max_uses"] = self.phrase_max_uses
+        if self.first_token_mass:
+            guards["phrase_first_token_mass"] = True
         return {"do_sample": self.do_sample, **sampling, **guards}
 
 
@@ -203,7 +209,7 @@ class PhrasePipeline:
         kwargs = c.generation_kwargs()
         processors = model.phrase_logits_processors(
             kwargs.get("no_repeat_ngram_size"), kwargs.get("repetition_penalty"), kwargs.get("phrase_agreement_top_k"),
-            kwargs.get("phrase_max_uses"),
+            kwargs.get("phrase_max_uses"), kwargs.get("phrase_first_token_mass", False),
         )
         new, steps = [], []
         for row, prompt in enumerate(prompts):

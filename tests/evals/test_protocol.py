@@ -143,3 +143,16 @@ def test_a_run_that_predates_a_generation_setting_is_not_resumed(tmp_path, capsy
     with pytest.raises(SystemExit):
         main(["eval", "--output-dir", str(tmp_path)])
     assert "other settings (phrase_max_uses='(none)')" in capsys.readouterr().err
+
+
+def test_a_run_that_predates_a_setting_resumes_under_the_value_it_was_made_with(tmp_path):
+    from dataclasses import asdict
+
+    from evals.protocol import EvalConfig, check_resumable
+
+    saved = asdict(EvalConfig(output_dir=str(tmp_path)))
+    del saved["encode_dtype"], saved["first_token_mass"]  # written when the encoder ran in float32, without the mass rule
+    (tmp_path / "eval_config.json").write_text(json.dumps(saved))
+    check_resumable(EvalConfig(output_dir=str(tmp_path), encode_dtype="float32"))
+    with pytest.raises(ValueError, match="encode_dtype='float32'"):
+        check_resumable(EvalConfig(output_dir=str(tmp_path), encode_dtype="bfloat16"))

@@ -134,3 +134,23 @@ def test_verified_decoding_keeps_rows_budgets_and_counts_steps(pipeline):
         assert 1 <= result.steps <= 10
         assert len(result.text) >= budget or result.steps == 10
         assert result.steps <= len(pipeline.model.tokenizer(result.text, add_special_tokens=False).input_ids) + 1
+
+
+def test_first_token_mass_lets_a_phrase_start_only_where_the_lm_would(pipeline):
+    from dynvocab.scoring import DotProductScorer
+
+    class PreferPhrases(DotProductScorer):
+        def forward(self, hidden, vectors, mask=None):
+            return super().forward(hidden, vectors, mask) + 1e4
+
+    prompt = "Which river flows through New York City?"
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=1, max_phrases=0)
+    lm_first = pipeline(prompt).text
+    pipeline.model.scorer = PreferPhrases()
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=1, agreement_top_k=0, phrase_max_uses=0)
+    assert pipeline.config.generation_kwargs().get("phrase_first_token_mass") is None
+    assert pipeline(prompt).phrase_steps == 1  # an over-scored phrase takes the step, whatever its first token
+    for verify_top_k in (0, 2):
+        pipeline.config = PipelineConfig(top_k=1, max_new_tokens=1, agreement_top_k=0, phrase_max_uses=0,
+                                         first_token_mass=True, verify_top_k=verify_top_k)
+        assert pipeline(prompt).text.startswith(lm_first)
