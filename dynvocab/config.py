@@ -13,13 +13,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "ENCODE_DTYPES", "JsonConfig", "check_field_types"]
+__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "ENCODE_DTYPES", "JsonConfig", "check_encode_dtype", "check_field_types"]
 
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "dynvocab_config.json"
 #: compute dtypes of the phrase encoder at inference ("auto": bfloat16 where the device computes it natively)
 ENCODE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_encode_dtype(name: str) -> None:
+    """Refuse an ``encode_dtype`` that is not one of ``ENCODE_DTYPES``, naming the choices."""
+    if name not in ENCODE_DTYPES:
+        raise ValueError(f"encode_dtype={name!r}; choose one of {', '.join(ENCODE_DTYPES)}")
 
 
 class JsonConfig:
@@ -129,8 +135,7 @@ class DynamicVocabConfig(JsonConfig):
             raise ValueError(f"readback must be 'tokens' or 'vector', got {self.readback!r}")
         if not self.phrase_score_scale > 0:
             raise ValueError(f"phrase_score_scale must be > 0, got {self.phrase_score_scale}")
-        if self.encode_dtype not in ENCODE_DTYPES:
-            raise ValueError(f"encode_dtype must be one of {', '.join(ENCODE_DTYPES)}, got {self.encode_dtype!r}")
+        check_encode_dtype(self.encode_dtype)
         if self.encode_batch_size < 1:
             raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dynvocab.config import ENCODE_DTYPES, check_field_types
+from dynvocab.config import check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
 
 from .latency import STAGES, StageTimer
@@ -88,8 +88,7 @@ class EvalConfig:
             raise ValueError(f"systems={self.systems!r} names no system; e.g. --systems bare,dynamic")
         if self.data not in ("wikipedia", "licenses"):
             raise ValueError(f"data={self.data!r}; choose 'wikipedia' or 'licenses'")
-        if self.encode_dtype not in ENCODE_DTYPES:
-            raise ValueError(f"encode_dtype={self.encode_dtype!r}; choose one of {', '.join(ENCODE_DTYPES)}")
+        check_encode_dtype(self.encode_dtype)
         if self.decoding not in ("greedy", "nucleus"):
             raise ValueError(f"decoding={self.decoding!r}; choose 'greedy' or 'nucleus'")
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from dynvocab.config import ENCODE_DTYPES, check_field_types
+from dynvocab.config import check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
@@ -103,8 +103,7 @@ class QAEvalConfig:
             raise ValueError(f"data={self.data!r} is neither 'fanoutqa' nor an existing ASQA JSON file; pass one of them")
         if self.data != "fanoutqa" and any(s.oracle for s in parsed):
             raise ValueError("+oracle systems need evidence pages, which only --data fanoutqa has; drop them for ASQA")
-        if self.encode_dtype not in ENCODE_DTYPES:
-            raise ValueError(f"encode_dtype={self.encode_dtype!r}; choose one of {', '.join(ENCODE_DTYPES)}")
+        check_encode_dtype(self.encode_dtype)
         for name in ("num_questions", "max_phrases", "agreement_top_k", "phrase_max_uses"):
             if getattr(self, name) < 0:
                 raise ValueError(f"QAEvalConfig.{name}={getattr(self, name)} must be >= 0")
