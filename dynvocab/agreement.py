@@ -1,4 +1,4 @@
-"""Phrase verification at selection time: a phrase may start only where the LM itself would.
+"""How phrase scores meet the LM's token scores at selection time.
 
 The logits of one step hold the LM's own token scores next to the phrase scores, so
 the LM's view of a phrase's first token costs nothing. ``PhraseAgreement`` keeps a
@@ -13,14 +13,34 @@ the token itself by their joint scores. The text's next-token distribution is th
 LM's exactly; phrases only choose how a continuation the LM already wants goes on.
 ``generate(..., phrase_first_token_mass=True)`` adds it (meant for sampling, where an
 over-scored phrase is otherwise drawn far more often than the LM would write its text).
+
+``PhraseBias`` shifts every phrase score by a constant for one ``generate`` call
+(``phrase_bias=b``), the decoding-time twin of ``DynamicVocabConfig.phrase_score_bias``.
+Under ``FirstTokenMass`` it no longer changes how often a continuation starts, only the
+odds of going on as a phrase rather than as the bare first token.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from transformers import LogitsProcessor
 
-__all__ = ["FirstTokenMass", "PhraseAgreement"]
+__all__ = ["FirstTokenMass", "PhraseAgreement", "PhraseBias"]
+
+
+class PhraseBias(LogitsProcessor):
+    """Adds ``bias`` to every phrase score (columns ``>= vocab_size``); a ``-inf`` stays ``-inf``."""
+
+    def __init__(self, bias: float, vocab_size: int) -> None:
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+            raise ValueError(f"phrase_bias must be a finite number, got {bias!r}")
+        self.bias, self.vocab_size = float(bias), vocab_size
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """``(B, L)`` ids, ``(B, V + P)`` scores -> the same scores, phrases shifted by ``bias``."""
+        return torch.cat([scores[:, : self.vocab_size], scores[:, self.vocab_size :] + self.bias], dim=1)
 
 
 class PhraseAgreement(LogitsProcessor):

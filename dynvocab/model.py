@@ -18,7 +18,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from . import text
 from .assets import resolve_model
 from .config import DynamicVocabConfig
-from .agreement import FirstTokenMass, PhraseAgreement
+from .agreement import FirstTokenMass, PhraseAgreement, PhraseBias
 from .phrase_encoder import PhraseEncoder, unwrap_model
 from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
 from .precision import encode_autocast_dtype
@@ -28,6 +28,12 @@ from .scoring import DotProductScorer
 from .serialization import load, save, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
+
+#: ``generate`` arguments that ``phrase_logits_processors`` turns into phrase-aware logits processors
+PHRASE_PROCESSOR_ARGS = (
+    "no_repeat_ngram_size", "repetition_penalty", "phrase_agreement_top_k", "phrase_max_uses",
+    "phrase_first_token_mass", "phrase_bias",
+)
 
 
 class DynamicVocabLM(PreTrainedModel, GenerationMixin):
@@ -422,7 +428,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``phrase_agreement_top_k=k`` lets a phrase start only with one of the LM's top-k
         tokens (``dynvocab.agreement``); ``phrase_first_token_mass=True`` keeps the LM's
         own next-token distribution and lets phrases share their first token's mass;
-        ``phrase_max_uses=n`` emits each phrase at most ``n`` times per row.
+        ``phrase_max_uses=n`` emits each phrase at most ``n`` times per row;
+        ``phrase_bias=b`` adds ``b`` to every phrase score, before the rest.
         """
         self._cached_vectors()
         kwargs = self._phrase_aware_repetition(kwargs)
@@ -438,13 +445,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         return super().generate(*args, **kwargs)
 
     def _phrase_aware_repetition(self, kwargs: dict) -> dict:
-        """Swap ``no_repeat_ngram_size`` / ``repetition_penalty`` / ``phrase_agreement_top_k`` / ``phrase_max_uses``
-        / ``phrase_first_token_mass`` for ``phrase_logits_processors``."""
-        processors = self.phrase_logits_processors(
-            kwargs.pop("no_repeat_ngram_size", None), kwargs.pop("repetition_penalty", None),
-            kwargs.pop("phrase_agreement_top_k", None), kwargs.pop("phrase_max_uses", None),
-            kwargs.pop("phrase_first_token_mass", False),
-        )
+        """Swap the ``PHRASE_PROCESSOR_ARGS`` of ``kwargs`` for ``phrase_logits_processors``."""
+        processors = self.phrase_logits_processors(**{k: kwargs.pop(k) for k in PHRASE_PROCESSOR_ARGS if k in kwargs})
         if processors:
             kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), *processors])
         return kwargs
@@ -452,14 +454,17 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
     def phrase_logits_processors(
         self, no_repeat_ngram_size: int | None = None, repetition_penalty: float | None = None,
         phrase_agreement_top_k: int | None = None, phrase_max_uses: int | None = None,
-        phrase_first_token_mass: bool = False,
+        phrase_first_token_mass: bool = False, phrase_bias: float = 0.0,
     ) -> LogitsProcessorList:
         """The phrase-aware processors for these settings (None or off: left out), over the current phrase table.
 
-        ``FirstTokenMass`` comes last, so it shares out what the guards before it left.
+        ``PhraseBias`` comes first, so the guards see biased scores; ``FirstTokenMass`` comes
+        last, so it shares out what the guards before it left.
         """
         token_ids, vocab = self.phrase_table.token_ids, self.vocab_size
-        processors = [PhraseAgreement(phrase_agreement_top_k, vocab, token_ids)] if phrase_agreement_top_k else []
+        processors = [PhraseBias(phrase_bias, vocab)] if phrase_bias else []
+        if phrase_agreement_top_k:
+            processors.append(PhraseAgreement(phrase_agreement_top_k, vocab, token_ids))
         if phrase_max_uses:
             processors.append(PhraseMaxUses(phrase_max_uses, vocab))
         if no_repeat_ngram_size:

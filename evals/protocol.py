@@ -65,10 +65,23 @@ class EvalConfig:
     encode_dtype: str = field(default="auto", metadata={"help": "Dynamic systems: phrase encoder compute dtype, 'auto', 'float32', 'bfloat16' or 'float16'."})
     edges: str = field(default="content", metadata={"help": "Dynamic systems: phrase edges, 'content' or 'any'."})
     ranking: str = field(default="relevance", metadata={"help": "Dynamic systems: phrase order, 'relevance' or 'frequency'."})
-    phrase_bias: float = field(default=0.0, metadata={"help": "Dynamic systems: calibration bias added to phrase logits."})
-    agreement_top_k: int = field(default=3, metadata={"help": "Dynamic systems: a phrase may start only with one of the LM's top-k tokens (0: off)."})
+    phrase_bias: float | None = field(
+        default=None,
+        metadata={"help": "Dynamic systems: added to every phrase score at decoding time (None: the pipeline's default, "
+                          "0 greedy, +4 nucleus)."},
+    )
+    agreement_top_k: int | None = field(
+        default=None,
+        metadata={"help": "Dynamic systems: a phrase may start only with one of the LM's top-k tokens (0: off; None: the "
+                          "pipeline's default, 3 greedy, 0 nucleus)."},
+    )
     phrase_max_uses: int = field(default=1, metadata={"help": "Dynamic systems: each phrase emitted at most this often per continuation (0: no limit)."})
-    first_token_mass: bool = field(default=False, metadata={"help": "Dynamic systems: keep the LM's next-token distribution; phrases share their first token's probability."})
+    first_token_mass: bool | None = field(
+        default=None,
+        metadata={"help": "Dynamic systems: keep the LM's next-token distribution; phrases share their first token's "
+                          "probability (None: the pipeline's default, off greedy, on nucleus).", "nargs": "?",
+                  "const": True},  # a bare flag turns it on
+    )
     verify_top_k: int = field(default=0, metadata={"help": "Dynamic systems: verified decoding, keep a phrase while its tokens are in the LM's top-k (0: off)."})
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "Every system: no repeated token n-gram (phrases spelled out; 0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "Every system: CTRL repetition penalty (1: off)."})
@@ -100,6 +113,15 @@ class EvalConfig:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1] and repetition_penalty={self.repetition_penalty} > 0")
         if self.latency_prompts < 0:
             raise ValueError(f"latency_prompts={self.latency_prompts} must be >= 0")
+        self._resolve_decoding_defaults()
+
+    def _resolve_decoding_defaults(self) -> None:
+        """A ``None`` among the decoding-dependent settings becomes the pipeline's default, so results record values."""
+        from retrieval.pipeline import DECODING_DEFAULTS
+
+        for name, default in DECODING_DEFAULTS["sampling" if self.decoding == "nucleus" else "greedy"].items():
+            if getattr(self, name) is None:
+                setattr(self, name, default)
 
     @property
     def system_names(self) -> list[str]:
@@ -137,16 +159,30 @@ class Generators:
                 f"no MWT baseline at {mwt}; train one with `dynvocab train-mwt --output-dir DIR` and pass "
                 "--mwt-checkpoint DIR, or leave mwt out of --systems"
             )
+        for spec in map(parse_system, config.system_names):
+            if spec.base == "dynamic" and not self.checkpoint(spec).is_dir():
+                raise FileNotFoundError(
+                    f"system {spec.name!r}: no phrase-encoder checkpoint at {self.checkpoint(spec)}; pass a folder "
+                    "`dynvocab train` wrote (--checkpoint DIR, or :checkpoint=DIR for one system)"
+                )
         self.lm, self.tokenizer = load_lm(config.model)
-        self._index = self._trained = self._untrained = self._mwt = None
+        self._index = self._untrained = self._mwt = None
+        self._trained = {}
 
-    @property
-    def trained(self):
-        if self._trained is None:
-            from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+    def trained(self, spec: SystemSpec):
+        """The dynamic model of the system's phrase-encoder checkpoint, loaded once per checkpoint."""
+        path = str(self.checkpoint(spec))
+        if path not in self._trained:
+            from dynvocab.loading import load_dynamic_lm
 
-            self._trained = load_dynamic_lm(self.config.model, self.config.checkpoint or SHIPPED_ENCODER)
-        return self._trained
+            self._trained[path] = load_dynamic_lm(self.config.model, path)
+        return self._trained[path]
+
+    def checkpoint(self, spec: SystemSpec) -> Path:
+        """The system's ``:checkpoint=``, else ``--checkpoint``, else the shipped encoder."""
+        from dynvocab.loading import SHIPPED_ENCODER
+
+        return Path(spec.get("checkpoint", None) or self.config.checkpoint or SHIPPED_ENCODER)
 
     @property
     def untrained(self):
@@ -185,33 +221,29 @@ class Generators:
 
     def settings(self) -> dict[str, dict]:
         """What each evaluated system is, for the report: checkpoints, budgets, its own settings and training."""
-        from dynvocab.loading import SHIPPED_ENCODER
-
         c = self.config
         budget = {"max_chars": "the reference's", "max_new_tokens": 2 * c.continuation_tokens}
         retrieval = {"index": c.index or f"{c.data} training part", "top_k_docs": c.top_k_docs}
-        checkpoint = Path(c.checkpoint or SHIPPED_ENCODER)
-        train = checkpoint / "train_config.json"
         mwt = Path(c.mwt_checkpoint or SHIPPED_MWT)
-        shown = {path: str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
-                 for path in (checkpoint, mwt)}
         every = {
             "bare": {"model": c.model, **budget},
             "bare-rag": {"model": c.model, **budget, **retrieval},
             "bare-rag-lookup": {"model": c.model, **budget, **retrieval, "batch_size": 1},
-            "dynamic": {"checkpoint": shown[checkpoint], **retrieval, **budget,
-                        "training": _training_summary(json.loads(train.read_text())) if train.exists() else None},
             "dynamic-untrained": {"phrase_encoder": "untrained (the LM's first layer)", **retrieval, **budget},
             "dynamic-no-phrases": {**budget},
-            "mwt": {"checkpoint": shown[mwt], **budget, **_multiword_summary(mwt)},
+            "mwt": {"checkpoint": _shown(mwt), **budget, **_multiword_summary(mwt)},
         }
         chosen = {}
         for name in c.system_names:
             spec = parse_system(name)
+            if spec.base == "dynamic":
+                checkpoint = self.checkpoint(spec)
+                train = checkpoint / "train_config.json"
+                every["dynamic"] = {"checkpoint": _shown(checkpoint), **retrieval, **budget,
+                                    "training": _training_summary(json.loads(train.read_text())) if train.exists() else None}
             settings = every[spec.base] | {"what": BASES[spec.base]}
             if spec.base.startswith("dynamic"):
                 settings |= self._pipeline_config(spec).__dict__ | {"readback": spec.get("readback", c.readback),
-                                                                    "phrase_score_bias": spec.get("bias", c.phrase_bias),
                                                                     "encode_dtype": spec.get("encode", c.encode_dtype)}
             else:
                 settings |= self.sampling(spec)
@@ -230,6 +262,7 @@ class Generators:
         return PipelineConfig(
             do_sample=c.decoding == "nucleus", top_p=c.top_p, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=0, phrase_max_uses=0,
+            first_token_mass=False, phrase_bias=0.0,  # no phrase guard: these systems have no phrases
         ).generation_kwargs()
 
     @torch.no_grad()
@@ -310,21 +343,26 @@ class Generators:
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
             phrase_max_uses=spec.get("uses", c.phrase_max_uses),
             verify_top_k=spec.get("verify", c.verify_top_k), first_token_mass=bool(spec.get("mass", c.first_token_mass)),
+            phrase_bias=float(spec.get("bias", c.phrase_bias)),
         )  # its generation_kwargs() are what sampling() gives the other systems
 
     def _dynamic(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
         from retrieval.pipeline import PhrasePipeline
 
-        model = self.untrained if spec.base == "dynamic-untrained" else self.trained
+        model = self.untrained if spec.base == "dynamic-untrained" else self.trained(spec)
         model.set_phrases([])  # every request encodes its phrases from scratch: no cache from earlier prompts
         model.dynvocab_config.readback = spec.get("readback", self.config.readback)
         model.dynvocab_config.encode_dtype = spec.get("encode", self.config.encode_dtype)
-        model.dynvocab_config.phrase_score_bias = spec.get("bias", self.config.phrase_bias)
         results = PhrasePipeline(model, self.index, self._pipeline_config(spec)).batch(
             [item["prompt"] for item in items], max_chars=[len(item["reference"]) for item in items]
         )
         return [{"text": r.text, "steps": r.steps, "phrase_steps": r.phrase_steps, "phrases": r.num_phrases,
                  "latency": r.latency} for r in results]
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it, as a command line would name it."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def _training_summary(train_config: dict) -> dict:

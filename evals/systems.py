@@ -36,6 +36,7 @@ OPTIONS = {
     "uses": (int, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
+    "checkpoint": (str, None, ("dynamic",)),
     "no_repeat": (int, None, _ALL),
     "penalty": (float, None, _ALL),
     "docs": (int, None, ("bare-rag", "bare-rag-lookup")),

@@ -41,7 +41,7 @@ def main() -> None:
     config = EvalConfig(model=args.model, num_prompts=args.num_prompts, output_dir=args.output_dir)
     prompts = held_out_prompts(model.tokenizer, config)
     pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), config.data), PipelineConfig())
-    agreements = sorted({0, pipeline.config.agreement_top_k})  # the raw scores, and as the pipeline decodes
+    agreements = sorted({0, pipeline.config.decoding_settings()["agreement_top_k"]})  # the raw scores, and as the pipeline decodes
     totals = {k: CalibrationCounts(BIASES) for k in agreements}
     for item in tqdm(prompts, desc="calibration"):
         documents = pipeline.index.search_documents([item["prompt"]], k=pipeline.config.top_k)[0]
@@ -56,7 +56,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     command = "python " + " ".join(sys.argv)
     settings = {"checkpoint": args.checkpoint, "model": args.model, "prompts": len(prompts), "positions": totals[0].positions,
-                "pipeline": PipelineConfig().__dict__, "configured_bias": model.dynvocab_config.phrase_score_bias,
+                "pipeline": pipeline.config.__dict__ | pipeline.config.decoding_settings(),
+                "configured_bias": model.dynvocab_config.phrase_score_bias,
                 "torch": torch.__version__, "python": platform.python_version(), "seconds": time.perf_counter() - start}
     results = {"command": command, "settings": settings, "agreement_top_k": {str(k): rows for k, rows in tables.items()}}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

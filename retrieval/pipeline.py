@@ -13,6 +13,7 @@ from transformers import StoppingCriteriaList
 from dynvocab import DynamicVocabLM, Phrase, Segment
 from dynvocab.config import check_field_types
 from dynvocab.generation import generate_continuations
+from dynvocab.model import PHRASE_PROCESSOR_ARGS
 from dynvocab.padding import pad_id
 from dynvocab.stopping import CharacterBudget
 from dynvocab.verification import generate_verified
@@ -22,6 +23,15 @@ from .phrases import extract_phrases
 from .timing import STAGES, StageTimer
 
 logger = logging.getLogger(__name__)
+
+
+#: what ``None`` means for the settings whose best value depends on the decoding, by measurement on 200
+#: held-out Wikipedia leads (README, "Benchmarks"): greedy text keeps to phrases the LM ranks in its top 3;
+#: sampled text keeps the LM's own next-token distribution and lets phrases carry on what it starts.
+DECODING_DEFAULTS = {
+    "greedy": {"agreement_top_k": 3, "first_token_mass": False, "phrase_bias": 0.0},
+    "sampling": {"agreement_top_k": 0, "first_token_mass": True, "phrase_bias": 4.0},
+}
 
 
 @dataclass
@@ -38,11 +48,19 @@ class PipelineConfig:
     ranking: str = field(default="relevance", metadata={"help": "Phrase order: 'relevance' (by document rank) or 'frequency'."})
     no_repeat_ngram_size: int = field(default=4, metadata={"help": "No n-gram of tokens twice, phrases spelled out (0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty, phrases spelled out (1: off)."})
-    agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
+    agreement_top_k: int | None = field(
+        default=None,
+        metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off; None: 3 greedy, 0 sampling)."},
+    )
     phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase emitted at most this often per continuation (0: no limit)."})
-    first_token_mass: bool = field(
-        default=False,
-        metadata={"help": "Keep the LM's next-token distribution; phrases share their first token's probability."},
+    first_token_mass: bool | None = field(
+        default=None,
+        metadata={"help": "Keep the LM's next-token distribution; phrases share their first token's probability "
+                          "(None: off greedy, on sampling).", "nargs": "?", "const": True},  # a bare flag turns it on
+    )
+    phrase_bias: float | None = field(
+        default=None,
+        metadata={"help": "Added to every phrase score at decoding time (None: 0 greedy, +4 sampling)."},
     )
     verify_top_k: int = field(
         default=0,
@@ -81,7 +99,7 @@ class PipelineConfig:
             raise ValueError(f"edges={self.edges!r}, ranking={self.ranking!r}; choose edges 'content' or 'any', "
                              "ranking 'relevance' or 'frequency'")
         counts = ("no_repeat_ngram_size", "agreement_top_k", "phrase_max_uses", "verify_top_k")
-        if min(getattr(self, name) for name in counts) < 0 or self.repetition_penalty <= 0:
+        if min(getattr(self, name) or 0 for name in counts) < 0 or self.repetition_penalty <= 0:
             raise ValueError(", ".join(f"{name}={getattr(self, name)}" for name in counts)
                              + f" must be >= 0 and repetition_penalty={self.repetition_penalty} > 0")
 
@@ -91,13 +109,21 @@ class PipelineConfig:
         guards = {"no_repeat_ngram_size": self.no_repeat_ngram_size} if self.no_repeat_ngram_size else {}
         if self.repetition_penalty != 1.0:
             guards["repetition_penalty"] = self.repetition_penalty
-        if self.agreement_top_k:
-            guards["phrase_agreement_top_k"] = self.agreement_top_k
+        chosen = self.decoding_settings()
+        if chosen["agreement_top_k"]:
+            guards["phrase_agreement_top_k"] = chosen["agreement_top_k"]
         if self.phrase_max_uses:
             guards["phrase_max_uses"] = self.phrase_max_uses
-        if self.first_token_mass:
+        if chosen["first_token_mass"]:
             guards["phrase_first_token_mass"] = True
+        if chosen["phrase_bias"]:
+            guards["phrase_bias"] = chosen["phrase_bias"]
         return {"do_sample": self.do_sample, **sampling, **guards}
+
+    def decoding_settings(self) -> dict[str, Any]:
+        """The ``DECODING_DEFAULTS`` settings as this request uses them: a ``None`` is the default for its decoding."""
+        defaults = DECODING_DEFAULTS["sampling" if self.do_sample else "greedy"]
+        return {name: default if getattr(self, name) is None else getattr(self, name) for name, default in defaults.items()}
 
 
 def character_budget(model: DynamicVocabLM, prompt_length: int, max_chars: int | None) -> StoppingCriteriaList:
@@ -207,10 +233,7 @@ class PhrasePipeline:
         """Each prompt by ``generate_verified`` with its row's phrases: the new ids and the steps they took."""
         c, model = self.config, self.model
         kwargs = c.generation_kwargs()
-        processors = model.phrase_logits_processors(
-            kwargs.get("no_repeat_ngram_size"), kwargs.get("repetition_penalty"), kwargs.get("phrase_agreement_top_k"),
-            kwargs.get("phrase_max_uses"), kwargs.get("phrase_first_token_mass", False),
-        )
+        processors = model.phrase_logits_processors(**{k: kwargs[k] for k in PHRASE_PROCESSOR_ARGS if k in kwargs})
         new, steps = [], []
         for row, prompt in enumerate(prompts):
             ids = model.tokenizer(prompt, return_tensors="pt").input_ids

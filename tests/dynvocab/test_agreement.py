@@ -1,9 +1,9 @@
-"""Phrase agreement: a phrase may start only with one of the LM's top-k tokens."""
+"""How phrase scores meet the LM's: agreement with its top-k tokens, its first-token mass, a decoding-time bias."""
 
 import pytest
 import torch
 
-from dynvocab.agreement import FirstTokenMass, PhraseAgreement
+from dynvocab.agreement import FirstTokenMass, PhraseAgreement, PhraseBias
 from tests.helpers import PhrasesAlwaysWin
 
 V = 10
@@ -87,3 +87,29 @@ def test_generate_takes_the_first_token_mass_setting(llama, tokenizer):
     out = model.generate(ids, max_new_tokens=1, do_sample=False, phrase_first_token_mass=True)[0, -1].item()
     # the phrase always outscores " of", so it wins exactly where the LM's own greedy token is " of"
     assert out == (model.vocab_size if greedy == first else greedy)
+
+
+def test_phrase_bias_shifts_phrases_only_and_keeps_masked_ones_out():
+    scores = torch.tensor([[0.0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1.0, float("-inf"), -2.0]])
+    out = PhraseBias(-1.5, V)(torch.zeros(1, 2, dtype=torch.long), scores.clone())
+    assert torch.equal(out[0, :V], scores[0, :V])
+    assert out[0, V:].tolist() == [-0.5, float("-inf"), -3.5]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "1", True])
+def test_a_bias_that_is_not_a_finite_number_is_refused(bad):
+    with pytest.raises(ValueError, match="phrase_bias must be a finite number"):
+        PhraseBias(bad, V)
+
+
+def test_generate_phrase_bias_decodes_as_the_configured_calibration_bias(llama, tokenizer):
+    from dynvocab import DynamicVocabLM
+
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.set_phrases([" of the United States", " the history of", " New York City"])
+    ids = tokenizer("Hello", return_tensors="pt").input_ids
+    plain = model.generate(ids, max_new_tokens=4, do_sample=False)[0].tolist()
+    biased = model.generate(ids, max_new_tokens=4, do_sample=False, phrase_bias=60.0)[0].tolist()
+    assert max(biased) >= model.vocab_size and biased != plain  # a bias this large makes phrases win
+    model.dynvocab_config.phrase_score_bias = 60.0
+    assert model.generate(ids, max_new_tokens=4, do_sample=False)[0].tolist() == biased

@@ -85,6 +85,48 @@ def test_retrieval_baselines_ablations_and_mauve_bounds(workspace):
     assert "| dynamic:readback=vector:no_repeat=3 |" in report.split("Ablations against")[1]
 
 
+def test_each_dynamic_system_may_name_its_own_checkpoint(workspace, tiny_lm_dir, _gpt2_tokenizer):
+    from evals.protocol import EvalConfig, Generators
+    from evals.systems import parse_system
+
+    other = workspace / "encoder-ckpt-2"
+    if not other.exists():
+        model = DynamicVocabLM.from_causal_lm(AutoModelForCausalLM.from_pretrained(tiny_lm_dir), _gpt2_tokenizer)
+        with torch.no_grad():
+            for weight in model.phrase_encoder.parameters():
+                weight.add_(0.01)
+        model.save_pretrained(other)
+    base = dict(model=str(workspace / "lm"), checkpoint=str(workspace / "encoder-ckpt"), index=str(workspace / "index"),
+                encoder=str(workspace / "doc-encoder"), output_dir=str(workspace / "out-checkpoints"))
+    named = f"dynamic:checkpoint={other}"
+    generators = Generators(EvalConfig(systems=f"dynamic,{named}", **base))
+    default, own = generators.trained(parse_system("dynamic")), generators.trained(parse_system(named))
+    assert own is not default and own is generators.trained(parse_system(named + ":bias=1"))  # loaded once per checkpoint
+    pairs = zip(own.phrase_encoder.parameters(), default.phrase_encoder.parameters())
+    assert any(not torch.equal(a, b) for a, b in pairs)
+    settings = generators.settings()
+    assert settings[named]["checkpoint"] == str(other) and settings["dynamic"]["checkpoint"] == str(workspace / "encoder-ckpt")
+    with pytest.raises(FileNotFoundError, match="no phrase-encoder checkpoint at .*missing"):
+        Generators(EvalConfig(systems=f"bare,dynamic:checkpoint={workspace / 'missing'}", **base))
+    with pytest.raises(ValueError, match="checkpoint applies to dynamic only"):
+        parse_system("bare:checkpoint=x")
+
+
+def test_the_goals_table_judges_every_dynamic_system_against_the_bare_lm():
+    from evals.report import goals_table
+
+    def metrics(mauve, std, diversity, steps):
+        return {"mauve": mauve, "mauve_std": std, "diversity": diversity, "steps_per_sequence": steps, "perplexity": 2.0}
+
+    results = {"bare": metrics(95.0, 0.5, 90.0, 100.0), "dynamic": metrics(96.0, 0.4, 91.0, 70.0),
+               "dynamic:bias=-1": metrics(95.2, 0.3, 89.0, 85.0), "dynamic-no-phrases": metrics(95.0, 0.5, 90.0, 100.0)}
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in goals_table(results).splitlines() if line.startswith("| dyn")}
+    assert set(rows) == {"dynamic", "dynamic:bias=-1"}
+    assert rows["dynamic"] == "| dynamic | met, +1.00 (± 0.50) | met, +1.00 | met, 0.70× |"
+    assert rows["dynamic:bias=-1"] == "| dynamic:bias=-1 | missed, +0.20 (± 0.50) | missed, -1.00 | missed, 0.85× |"
+    assert goals_table({k: results[k] for k in ("bare", "dynamic")}) == ""  # one system: the goals list says it all
+
+
 def test_degenerate_floor_texts_loop_to_the_reference_length():
     from evals.report import degenerate_texts
 
@@ -129,7 +171,7 @@ def test_resuming_under_other_generation_settings_is_refused(tmp_path, capsys):
     (tmp_path / "eval_config.json").write_text(json.dumps(asdict(EvalConfig(output_dir=str(tmp_path)))))
     with pytest.raises(SystemExit):
         main(["eval", "--decoding", "nucleus", "--output-dir", str(tmp_path)])
-    assert "other settings (decoding='greedy')" in capsys.readouterr().err
+    assert "other settings (decoding='greedy', " in capsys.readouterr().err
 
 
 def test_a_run_that_predates_a_generation_setting_is_not_resumed(tmp_path, capsys):
@@ -156,3 +198,33 @@ def test_a_run_that_predates_a_setting_resumes_under_the_value_it_was_made_with(
     check_resumable(EvalConfig(output_dir=str(tmp_path), encode_dtype="float32"))
     with pytest.raises(ValueError, match="encode_dtype='float32'"):
         check_resumable(EvalConfig(output_dir=str(tmp_path), encode_dtype="bfloat16"))
+
+
+def test_decoding_dependent_settings_are_recorded_as_values_and_guard_resumes(tmp_path):
+    from dataclasses import asdict
+
+    from evals.protocol import EvalConfig, check_resumable
+    from retrieval.pipeline import DECODING_DEFAULTS
+
+    names = list(DECODING_DEFAULTS["greedy"])
+    assert {k: getattr(EvalConfig(), k) for k in names} == DECODING_DEFAULTS["greedy"]
+    assert {k: getattr(EvalConfig(decoding="nucleus"), k) for k in names} == DECODING_DEFAULTS["sampling"]
+    # a nucleus run made under the greedy guards resumes only when they are passed again
+    old = EvalConfig(output_dir=str(tmp_path), decoding="nucleus", **DECODING_DEFAULTS["greedy"])
+    (tmp_path / "eval_config.json").write_text(json.dumps(asdict(old)))
+    with pytest.raises(ValueError, match="agreement_top_k=3"):
+        check_resumable(EvalConfig(output_dir=str(tmp_path), decoding="nucleus"))
+    check_resumable(EvalConfig(output_dir=str(tmp_path), decoding="nucleus", **DECODING_DEFAULTS["greedy"]))
+
+
+def test_systems_without_phrases_sample_with_no_phrase_guard(workspace):
+    from evals.protocol import EvalConfig, Generators
+    from evals.systems import parse_system
+
+    config = EvalConfig(model=str(workspace / "lm"), checkpoint=str(workspace / "encoder-ckpt"), decoding="nucleus",
+                        systems="bare,dynamic", output_dir=str(workspace / "out-sampling"))
+    generators = Generators(config)
+    for name in ("bare", "bare:no_repeat=3", "mwt"):
+        kwargs = generators.sampling(parse_system(name))
+        assert kwargs["do_sample"] and not [k for k in kwargs if k.startswith("phrase_")]
+    assert generators._pipeline_config(parse_system("dynamic")).generation_kwargs()["phrase_first_token_mass"] is True

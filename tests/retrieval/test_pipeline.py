@@ -154,3 +154,34 @@ def test_first_token_mass_lets_a_phrase_start_only_where_the_lm_would(pipeline):
         pipeline.config = PipelineConfig(top_k=1, max_new_tokens=1, agreement_top_k=0, phrase_max_uses=0,
                                          first_token_mass=True, verify_top_k=verify_top_k)
         assert pipeline(prompt).text.startswith(lm_first)
+
+
+def test_the_phrase_guards_default_by_decoding_and_explicit_values_win():
+    from retrieval.pipeline import DECODING_DEFAULTS
+
+    greedy, sampled = PipelineConfig().generation_kwargs(), PipelineConfig(do_sample=True).generation_kwargs()
+    assert greedy["phrase_agreement_top_k"] == 3 and "phrase_first_token_mass" not in greedy and "phrase_bias" not in greedy
+    assert "phrase_agreement_top_k" not in sampled and sampled["phrase_first_token_mass"] is True
+    assert sampled["phrase_bias"] == DECODING_DEFAULTS["sampling"]["phrase_bias"] != 0
+    explicit = PipelineConfig(do_sample=True, agreement_top_k=3, first_token_mass=False, phrase_bias=0.0)
+    assert explicit.decoding_settings() == DECODING_DEFAULTS["greedy"]
+    assert {k: v for k, v in explicit.generation_kwargs().items() if k.startswith("phrase_")} == {
+        k: v for k, v in greedy.items() if k.startswith("phrase_")}
+
+
+@pytest.mark.parametrize("verified", [False, True])
+def test_the_phrase_bias_reaches_plain_and_verified_decoding(pipeline, verified):
+    from dynvocab.scoring import DotProductScorer
+
+    class PreferPhrases(DotProductScorer):
+        def forward(self, hidden, vectors, mask=None):
+            return super().forward(hidden, vectors, mask) + 1e4
+
+    prompt = "Which river flows through New York City?"
+    pipeline.model.scorer = PreferPhrases()
+    verify_top_k = pipeline.model.vocab_size if verified else 0  # verification that keeps every phrase whole
+    settings = {"top_k": 1, "max_new_tokens": 3, "agreement_top_k": 0, "verify_top_k": verify_top_k}
+    pipeline.config = PipelineConfig(**settings)
+    assert pipeline(prompt).phrase_steps >= 1
+    pipeline.config = PipelineConfig(**settings, phrase_bias=-2e4)
+    assert pipeline(prompt).phrase_steps == 0
