@@ -117,11 +117,10 @@ class EvalConfig:
 
     def _resolve_decoding_defaults(self) -> None:
         """A ``None`` among the decoding-dependent settings becomes the pipeline's default, so results record values."""
-        from retrieval.pipeline import DECODING_DEFAULTS
+        from retrieval.pipeline import decoding_settings
 
-        for name, default in DECODING_DEFAULTS["sampling" if self.decoding == "nucleus" else "greedy"].items():
-            if getattr(self, name) is None:
-                setattr(self, name, default)
+        for name, value in decoding_settings(self.decoding == "nucleus", self).items():
+            setattr(self, name, value)
 
     @property
     def system_names(self) -> list[str]:

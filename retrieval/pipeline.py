@@ -34,6 +34,13 @@ DECODING_DEFAULTS = {
 }
 
 
+def decoding_settings(do_sample: bool, settings: Any) -> dict[str, Any]:
+    """The ``DECODING_DEFAULTS`` names as ``settings`` (any object with them as attributes) gives them, a ``None``
+    replaced by the default for the decoding."""
+    defaults = DECODING_DEFAULTS["sampling" if do_sample else "greedy"]
+    return {name: default if getattr(settings, name) is None else getattr(settings, name) for name, default in defaults.items()}
+
+
 @dataclass
 class PipelineConfig:
     """Settings of one retrieval-augmented generation request."""
@@ -122,8 +129,7 @@ class PipelineConfig:
 
     def decoding_settings(self) -> dict[str, Any]:
         """The ``DECODING_DEFAULTS`` settings as this request uses them: a ``None`` is the default for its decoding."""
-        defaults = DECODING_DEFAULTS["sampling" if self.do_sample else "greedy"]
-        return {name: default if getattr(self, name) is None else getattr(self, name) for name, default in defaults.items()}
+        return decoding_settings(self.do_sample, self)
 
 
 def character_budget(model: DynamicVocabLM, prompt_length: int, max_chars: int | None) -> StoppingCriteriaList:
