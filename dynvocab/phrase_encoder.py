@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
 
 from .padding import first_token_index, last_token_index, pad_sequences, position_ids_from_mask
@@ -148,15 +149,19 @@ class PhraseEncoder(nn.Module):
         return self._anchored(self.head(hidden[rows, last]), first, input_ids[rows, last])
 
     def encode_ids(
-        self, phrases: Sequence[Sequence[int]], batch_size: int = 512
+        self, phrases: Sequence[Sequence[int]], batch_size: int = 512, show_progress_bar: bool | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encode token-id phrases in length-sorted batches (little padding). Returns ``(n, d)`` twice."""
+        """Encode token-id phrases in length-sorted batches (little padding). Returns ``(n, d)`` twice.
+
+        ``show_progress_bar=None`` shows one from 16 batches up (a large table takes minutes).
+        """
         device = self.head[0].weight.device
         order = sorted(range(len(phrases)), key=lambda i: len(phrases[i]))
         size = self.head[-1].out_features // 2
         inputs = torch.empty(len(phrases), size, dtype=self.head[0].weight.dtype, device=device)
         outputs = torch.empty_like(inputs)
-        for start in range(0, len(order), batch_size):
+        show = len(phrases) >= 16 * batch_size if show_progress_bar is None else show_progress_bar
+        for start in tqdm(range(0, len(order), batch_size), desc="encoding phrases", unit="batch", disable=not show):
             chunk = order[start : start + batch_size]
             ids, mask = pad_sequences([phrases[i] for i in chunk], device=device)
             vec_in, vec_out = self(ids, mask)

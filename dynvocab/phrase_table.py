@@ -13,6 +13,10 @@ import torch
 
 from .jsonl import iter_jsonl
 
+#: phrases tokenized per call in ``PhraseTable.validate``: the tokenizer's output for a million
+#: texts at once is garbage of several hundred MB that the allocator then keeps
+VALIDATE_CHUNK = 16384
+
 
 @dataclass(frozen=True, slots=True)
 class Phrase:
@@ -80,6 +84,7 @@ class PhraseTable:
         self._by_ids: dict[tuple[int, ...], int] = {}
         self.output_vectors: torch.Tensor | None = None
         self.input_vectors: dict[int, torch.Tensor] = {}
+        self._shared_ints: dict[int, int] = {}
         self.version = 0  # bumped whenever the phrases or their order change (derived lookups key on it)
         #: objects kept in step with the table (a shortlist scorer), held weakly: told ``phrases_kept(indices)``
         #: and ``vectors_forgotten()``
@@ -114,10 +119,18 @@ class PhraseTable:
                 raise ValueError(
                     f"phrase {phrase.text!r} is empty or only whitespace or invisible characters; drop it from the phrase list"
                 )
-        texts = [p.text for p in phrases]
-        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         checked = []
-        for phrase, ids in zip(phrases, encoded):
+        for start in range(0, len(phrases), VALIDATE_CHUNK):
+            checked += self._tokenized(phrases[start : start + VALIDATE_CHUNK])
+        return checked
+
+    def _tokenized(self, phrases: list[Phrase]) -> list[tuple[Phrase, tuple[int, ...]]]:
+        """``validate``'s length checks on one chunk; token ids are shared int objects (a million phrases
+        otherwise hold several million separate ints)."""
+        encoded = self.tokenizer([p.text for p in phrases], add_special_tokens=False, return_attention_mask=False)
+        shared = self._shared_ints
+        checked = []
+        for phrase, ids in zip(phrases, encoded["input_ids"]):
             if len(ids) < 2:
                 raise ValueError(
                     f"phrase {phrase.text!r} is a single token of the LM's vocabulary (id {ids[0] if ids else None}); "
@@ -128,7 +141,7 @@ class PhraseTable:
                     f"phrase {phrase.text!r} has {len(ids)} tokens, more than max_phrase_tokens="
                     f"{self.max_phrase_tokens}; shorten it or raise max_phrase_tokens in the config"
                 )
-            checked.append((phrase, tuple(ids)))
+            checked.append((phrase, tuple(shared.setdefault(i, i) for i in ids)))
         return checked
 
     def with_mid_sentence_forms(self, items: Iterable[PhraseLike]) -> list[Phrase]:

@@ -1,11 +1,15 @@
 """``ShortlistScorer``: the shortlist head as ``DynamicVocabLM.scorer``, kept in step with a changing phrase table.
 
-    model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(probe=8))
+    model.scorer = ShortlistScorer(model.phrase_table)
 
 Each position's hidden state is its own query ``x0``. A table smaller than
 ``config.exact_below`` is scored exactly (``DotProductScorer``); a larger one fits the
 training-free head on first use, and later ``add_phrases``/``remove_phrases``/``set_phrases``
 move phrases in and out of its clusters without a new k-means.
+
+By default the phrases are clustered inside their first token (about 64 per cluster, members
+only) and a query probes 96 clusters: a hidden state's best phrases mostly start with its best
+tokens, and clusters of the whole table mix first tokens (``results/shortlist/``).
 """
 
 from __future__ import annotations
@@ -25,19 +29,27 @@ logger = logging.getLogger(__name__)
 
 #: query rows scored together: bounds the gathered candidate vectors to rows x C x d
 ROWS_PER_CHUNK = 16
+#: the scorer's defaults, chosen on SmolLM2 hidden states (results/shortlist/): clusters of ~64 phrases
+#: inside each first token, members only, 96 probed
+SCORER_DEFAULTS = {"probe": 96, "subset_size": 0, "cluster_size": 64}
 
 
 class ShortlistScorer(nn.Module):
-    """Scores ``h · e_out(p)`` for the phrases on each position's shortlist, ``-inf`` for the rest."""
+    """Scores ``h · e_out(p)`` for the phrases on each position's shortlist, ``-inf`` for the rest.
 
-    def __init__(self, table: PhraseTable, config: ShortlistConfig | None = None, head: ShortlistHead | None = None) -> None:
+    ``group_by_first_token=False`` clusters the whole table at once (k-means over every vector).
+    """
+
+    def __init__(self, table: PhraseTable, config: ShortlistConfig | None = None, head: ShortlistHead | None = None,
+                 group_by_first_token: bool = True) -> None:
         super().__init__()
         if not isinstance(table, PhraseTable):
             raise TypeError(f"table must be the model's PhraseTable (model.phrase_table), got {type(table).__name__}")
         if config is not None and not isinstance(config, ShortlistConfig):
             raise TypeError(f"config must be a ShortlistConfig, got {type(config).__name__}")
         self.table = table
-        self.config = config or (head.config if head is not None else ShortlistConfig())
+        self.config = config or (head.config if head is not None else ShortlistConfig(**SCORER_DEFAULTS))
+        self.group_by_first_token = group_by_first_token
         self.head = head
         self.exact = DotProductScorer()
         table.listeners.add(self)
@@ -54,14 +66,20 @@ class ShortlistScorer(nn.Module):
     def fit(self, vectors: torch.Tensor) -> ShortlistHead:
         """Fit the training-free head on the table's ``(P, d)`` output vectors now (``forward`` does it on first use)."""
         logger.info("fitting the shortlist head on %d phrase vectors", vectors.shape[0])
-        self.head = ShortlistHead.from_vectors(vectors, self.config)
+        groups = self._first_tokens(0, vectors.shape[0]) if self.group_by_first_token else None
+        self.head = ShortlistHead.from_vectors(vectors, self.config, groups)
         return self.head
+
+    def _first_tokens(self, start: int, stop: int) -> torch.Tensor:
+        """``(stop - start,)`` the first token id of table phrases ``start .. stop - 1``."""
+        return torch.tensor([ids[0] for ids in self.table.token_ids[start:stop]], dtype=torch.long)
 
     def _synced_head(self, vectors: torch.Tensor) -> ShortlistHead:
         if self.head is None:
             return self.fit(vectors)
-        if self.head.vocab_size < vectors.shape[0]:
-            self.head.add(vectors[self.head.vocab_size :])
+        known = self.head.vocab_size
+        if known < vectors.shape[0]:
+            self.head.add(vectors[known:], self._first_tokens(known, vectors.shape[0]) if self.head.grouped else None)
         return self.head
 
     def forward(

@@ -14,6 +14,9 @@ Every figure is a ratio or rate measured side by side in this one run:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import statistics
 import time
 
@@ -27,8 +30,13 @@ from dynvocab.stopping import CharacterBudget
 from retrieval import extract_phrases
 
 
-def resident_gb() -> float:
-    """Resident set size of this process in GB (Linux)."""
+def resident_gb(settle: bool = False) -> float:
+    """Resident set size of this process in GB (Linux). ``settle``: collect garbage and hand the allocator's
+    free pages back first (glibc ``malloc_trim``), so the figure is what live objects hold."""
+    if settle:
+        gc.collect()
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/status") as f:
         kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
     return kb / 1e6
@@ -38,9 +46,13 @@ def time_steps(model: DynamicVocabLM, prompt: torch.Tensor, steps: int, repeats:
     """Median seconds per decoding step: (time of ``steps`` new tokens - time of 1) / (steps - 1)."""
 
     def run(n: int) -> float:
+        # eos_token_id=None: exactly n steps without min_new_tokens, whose processor scans all V + P ids each step
         start = time.perf_counter()
-        model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        return time.perf_counter() - start
+        out = model.generate(prompt, max_new_tokens=n, do_sample=False, eos_token_id=None)
+        seconds = time.perf_counter() - start
+        if out.shape[1] != prompt.shape[1] + n:
+            raise RuntimeError(f"generate made {out.shape[1] - prompt.shape[1]} steps, not {n}: the timing would be wrong")
+        return seconds
 
     run(2)  # warm-up
     samples = [(run(steps) - run(1)) / (steps - 1) for _ in range(repeats)]

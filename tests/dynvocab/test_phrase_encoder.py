@@ -58,3 +58,13 @@ def test_vectors_are_anchored_on_the_lm_embeddings(base_model, tokenizer):
     with torch.no_grad():
         logits = model(prompt).logits[0, -1]
     torch.testing.assert_close(logits[model.vocab_size], logits[ids[0]])
+
+
+def test_a_progress_bar_only_when_asked_or_for_many_batches(base_model, capsys):
+    encoder = PhraseEncoder.from_causal_lm(base_model, num_layers=1).eval()
+    phrases = [[11, 12], [13, 14, 15], [16, 17]]
+    with torch.no_grad():
+        encoder.encode_ids(phrases, batch_size=1)  # 3 batches: below the 16 that turn the bar on
+        assert "encoding phrases" not in capsys.readouterr().err
+        encoder.encode_ids(phrases, batch_size=1, show_progress_bar=True)
+    assert "encoding phrases" in capsys.readouterr().err

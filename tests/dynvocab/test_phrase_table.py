@@ -62,3 +62,17 @@ def test_vectors_are_refreshed_when_the_encoder_changes(model):
         model.phrase_encoder.head[-1].bias.add_(1.0)
     model(torch.tensor([[1, 2]]))
     assert not torch.allclose(model.phrase_table.output_vectors, before)
+
+
+def test_validation_in_chunks_matches_one_call_and_shares_token_ints(model, monkeypatch):
+    import dynvocab.phrase_table as phrase_table
+
+    phrases = [" New York City", " of the", " the river valley", " York City Hall", " the city of York"]
+    whole = model.phrase_table.validate(phrases)
+    monkeypatch.setattr(phrase_table, "VALIDATE_CHUNK", 2)
+    chunked = model.phrase_table.validate(phrases)
+    assert chunked == whole
+    assert whole[0][1] == tuple(model.tokenizer(" New York City", add_special_tokens=False).input_ids)
+    york = model.tokenizer(" York", add_special_tokens=False).input_ids[0]
+    occurrences = [i for _, ids in chunked for i in ids if i == york]
+    assert len(occurrences) >= 2 and all(i is occurrences[0] for i in occurrences)  # one int object, not one each

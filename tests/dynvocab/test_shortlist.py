@@ -14,9 +14,15 @@ def clustered(num_groups: int = 8, per_group: int = 30, dim: int = 16, seed: int
     return vectors, centres
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)  # random queries, the same every run
+
+
 def brute_candidates(head: ShortlistHead, query: torch.Tensor) -> set[int]:
-    """The union of the probed clusters' subsets, one query at a time (the reference)."""
-    nearest = (head.centroids @ query).topk(min(head.config.probe, head.num_clusters)).indices.tolist()
+    """The union of the probed clusters' subsets, one query at a time (the reference; probes in float16 as the head does)."""
+    scores = head.routing.float() @ query.half().float()
+    nearest = scores.topk(min(head.config.probe, head.num_clusters)).indices.tolist()
     return {i for j in nearest for i in head.subsets[j].tolist() if i < head.vocab_size}
 
 
@@ -150,3 +156,52 @@ def test_always_ids_join_every_shortlist():
     ids = head.candidates(torch.randn(6, 16))
     assert all({5, 200} <= set(row.tolist()) for row in ids)
     assert all(len(set(r.tolist()) - {head.vocab_size}) == int((r < head.vocab_size).sum()) for r in ids)
+
+
+def test_a_grouped_fit_clusters_inside_each_group_and_holds_each_id_once():
+    vectors, _ = clustered(num_groups=8, per_group=30)
+    groups = torch.arange(len(vectors)) % 5  # keys that cut across the vector clusters
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(cluster_size=10, subset_size=0, probe=3), groups)
+    assert head.grouped and head.num_clusters == 5 * (48 // 10)
+    held = [i for row in head.subsets.tolist() for i in row if i < head.vocab_size]
+    assert sorted(held) == list(range(len(vectors)))  # members only: every id in exactly one cluster
+    for cluster, row in enumerate(head.subsets.tolist()):
+        assert {int(groups[i]) for i in row if i < head.vocab_size} == {int(head.cluster_groups[cluster])}
+        members = vectors[[i for i in row if i < head.vocab_size]]
+        assert torch.allclose(head.centroids[cluster], members.mean(0), atol=1e-5)
+    queries = torch.randn(6, 16)
+    for row, query in zip(head.candidates(queries), queries):
+        assert set(row.tolist()) - {head.vocab_size} == brute_candidates(head, query)
+
+
+def test_grouped_add_joins_the_nearest_cluster_of_its_group_or_opens_one():
+    vectors, _ = clustered(num_groups=8, per_group=30)
+    groups = torch.arange(len(vectors)) % 4
+    config = ShortlistConfig(cluster_size=8, subset_size=0, probe=1000)
+    head = ShortlistHead.from_vectors(vectors[:200], config, groups[:200])
+    new_groups = torch.cat([groups[200:230], torch.full((10,), 9)])  # group 9 is new
+    before = head.num_clusters
+    head.add(vectors[200:], new_groups)
+    assert head.num_clusters == before + 1 and int(head.cluster_groups[-1]) == 9
+    for offset, key in enumerate(new_groups.tolist()):
+        cluster = next(c for c, row in enumerate(head.subsets.tolist()) if 200 + offset in row)
+        assert int(head.cluster_groups[cluster]) == key
+        own = (head.cluster_groups[:before] == key).nonzero().flatten()
+        if key != 9:
+            distances = torch.cdist(vectors[200 + offset][None], head.centroids[own])[0]
+            assert cluster == int(own[distances.argmin()])
+    queries = torch.randn(4, 16)
+    assert torch.allclose(head.dense_scores(queries, vectors)[:, 0], queries @ vectors.T, atol=1e-5)
+    with pytest.raises(ValueError, match="pass add\\(vectors, groups=...\\)"):
+        head.add(vectors[:2])
+    with pytest.raises(ValueError, match="groups must be 2 integer keys"):
+        head.add(vectors[:2], torch.tensor([1.0, 2.0]))
+
+
+def test_a_grouped_head_saves_and_loads_its_groups(tmp_path):
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(cluster_size=16, subset_size=0), torch.arange(len(vectors)) % 3)
+    head.save(tmp_path / "head")
+    again = ShortlistHead.load(tmp_path / "head")
+    assert again.grouped and torch.equal(again.cluster_groups, head.cluster_groups)
+    assert torch.equal(again.subsets, head.subsets)

@@ -6,7 +6,7 @@ import torch
 from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
 
 WORDS = "river mountain city harbour castle valley forest island bridge tower market garden".split()
-PHRASES = [f" the {a} {b}" for a in WORDS for b in WORDS if a != b][:90]
+PHRASES = [f" {a} by the {b}" for a in WORDS for b in WORDS if a != b][:90]  # 9 first tokens
 
 
 @pytest.fixture
@@ -16,7 +16,7 @@ def model(llama, tokenizer):
 
 def full_probe(table) -> ShortlistScorer:
     """A shortlist that probes every cluster: its scores must equal exhaustive scoring."""
-    return ShortlistScorer(table, ShortlistConfig(num_clusters=6, probe=6, subset_size=4, exact_below=1))
+    return ShortlistScorer(table, ShortlistConfig(cluster_size=4, probe=1000, subset_size=4, exact_below=1))
 
 
 def test_probing_every_cluster_gives_the_exact_logits_and_generations(model, tokenizer):
@@ -40,7 +40,7 @@ def test_a_partial_shortlist_scores_exactly_on_it_and_minus_inf_off_it(model, to
     ids = tokenizer(["The castle by the river"], return_tensors="pt").input_ids
     with torch.no_grad():
         exact = model(ids).logits[..., model.vocab_size :]
-        model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(num_clusters=8, probe=2, subset_size=5, exact_below=1))
+        model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(cluster_size=4, probe=2, subset_size=0, exact_below=1))
         short = model(ids).logits[..., model.vocab_size :]
     on = torch.isfinite(short)
     assert 0 < int(on[0, -1].sum()) < len(PHRASES)
@@ -80,9 +80,28 @@ def test_add_remove_and_per_row_sets_keep_the_head_in_step(model, tokenizer):
 
 def test_cached_decoding_matches_uncached(model, tokenizer):
     model.set_phrases(PHRASES)
-    model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(num_clusters=8, probe=3, subset_size=5, exact_below=1))
+    model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(cluster_size=4, probe=3, subset_size=0, exact_below=1))
     prompt = tokenizer(["The castle by the river"], return_tensors="pt")
     with torch.no_grad():
         cached = model.generate(**prompt, max_new_tokens=6, do_sample=False)
         uncached = model.generate(**prompt, max_new_tokens=6, do_sample=False, use_cache=False)
     assert torch.equal(cached, uncached)
+
+
+def test_phrases_are_clustered_inside_their_first_token_unless_asked_otherwise(model, tokenizer):
+    model.set_phrases(PHRASES)
+    scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(cluster_size=4, probe=3, subset_size=0, exact_below=1))
+    head = scorer.fit(model.phrase_output_vectors())
+    first = {i: ids[0] for i, ids in enumerate(model.phrase_table.token_ids)}
+    assert head.grouped
+    for cluster, row in enumerate(head.subsets.tolist()):
+        assert {first[i] for i in row if i < head.vocab_size} == {int(head.cluster_groups[cluster])}
+    whole = ShortlistScorer(model.phrase_table, ShortlistConfig(num_clusters=5, probe=5, subset_size=3, exact_below=1),
+                            group_by_first_token=False)
+    model.scorer = whole
+    ids = tokenizer(["The castle by the river"], return_tensors="pt").input_ids
+    with torch.no_grad():
+        model(ids)
+        model.add_phrases([" the valley road", " a river bridge"])  # the whole-table head takes them without groups
+        model(ids)
+    assert not whole.head.grouped and whole.head.vocab_size == len(model.phrase_table)

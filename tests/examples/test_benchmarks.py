@@ -30,11 +30,17 @@ def test_training_benchmark(tiny_lm_dir, capsys):
     assert "negatives add" in capsys.readouterr().out
 
 
-def test_shortlist_benchmark(tiny_lm_dir, capsys):
-    results = load("benchmark_shortlist").main(["--tiny", "--model", str(tiny_lm_dir), "--checkpoint", "none", "--threads", "1"])
-    assert results["step_ratio"]["shortlist_3000"] > 0 and results["clusters_3000"] > 1
-    assert 0 <= results["agreement_3000"][4]["recall10"] <= 1
-    assert "per-step shortlist_3000" in capsys.readouterr().out
+def test_shortlist_benchmark(tiny_lm_dir, tmp_path, capsys):
+    benchmark = load("benchmark_shortlist")
+    results = benchmark.main(["--tiny", "--model", str(tiny_lm_dir), "--checkpoint", "none", "--threads", "1", "--ungrouped",
+                              "--output", str(tmp_path / "results.json")])
+    assert results["steps_3000"]["shortlist"]["ratio"] > 0 and results["clusters_3000"] > 1
+    assert 0 <= results["agreement_3000"][4]["recall10"] <= 1 and 0 <= results["ungrouped_agreement_3000"][8]["agree"] <= 1
+    assert results["agreement_3000"][4]["candidates"] > results["agreement_3000"][2]["candidates"]  # more probes, more ids
+    assert set(results["memory_gb"]) == {"table_and_vectors", "head"}
+    assert "|P|=3000" in capsys.readouterr().out
+    report = (tmp_path / "results.md").read_text()
+    assert "| shortlist | 3000 |" in report and "whole-table k-means" in report
 
 
 @pytest.mark.slow
