@@ -15,6 +15,9 @@ from .padding import first_token_index, last_token_index, pad_sequences, positio
 
 logger = logging.getLogger(__name__)
 
+#: ``encode_ids`` shows a progress bar from this many phrases (about ten seconds on 2 CPU threads)
+PROGRESS_FROM = 50_000
+
 
 def unwrap_model(model: nn.Module) -> PreTrainedModel:
     """The transformers model inside a peft wrapper (or the model itself)."""
@@ -153,14 +156,15 @@ class PhraseEncoder(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode token-id phrases in length-sorted batches (little padding). Returns ``(n, d)`` twice.
 
-        ``show_progress_bar=None`` shows one from 16 batches up (a large table takes minutes).
+        ``show_progress_bar=None`` shows one from ``PROGRESS_FROM`` phrases up (a million take minutes on a CPU;
+        the few thousand of a prompt's phrase set, which generation encodes per prompt, get none).
         """
         device = self.head[0].weight.device
         order = sorted(range(len(phrases)), key=lambda i: len(phrases[i]))
         size = self.head[-1].out_features // 2
         inputs = torch.empty(len(phrases), size, dtype=self.head[0].weight.dtype, device=device)
         outputs = torch.empty_like(inputs)
-        show = len(phrases) >= 16 * batch_size if show_progress_bar is None else show_progress_bar
+        show = len(phrases) >= PROGRESS_FROM if show_progress_bar is None else show_progress_bar
         for start in tqdm(range(0, len(order), batch_size), desc="encoding phrases", unit="batch", disable=not show):
             chunk = order[start : start + batch_size]
             ids, mask = pad_sequences([phrases[i] for i in chunk], device=device)

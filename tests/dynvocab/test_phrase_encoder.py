@@ -60,11 +60,19 @@ def test_vectors_are_anchored_on_the_lm_embeddings(base_model, tokenizer):
     torch.testing.assert_close(logits[model.vocab_size], logits[ids[0]])
 
 
-def test_a_progress_bar_only_when_asked_or_for_many_batches(base_model, capsys):
+def test_a_progress_bar_only_when_asked_or_for_many_phrases(base_model, capsys, monkeypatch):
+    import dynvocab.phrase_encoder as phrase_encoder
+
     encoder = PhraseEncoder.from_causal_lm(base_model, num_layers=1).eval()
     phrases = [[11, 12], [13, 14, 15], [16, 17]]
     with torch.no_grad():
-        encoder.encode_ids(phrases, batch_size=1)  # 3 batches: below the 16 that turn the bar on
+        encoder.encode_ids(phrases, batch_size=1)  # a prompt's few phrases: no bar
+        assert "encoding phrases" not in capsys.readouterr().err
+        monkeypatch.setattr(phrase_encoder, "PROGRESS_FROM", 3)
+        encoder.encode_ids(phrases, batch_size=1)
+        assert "encoding phrases" in capsys.readouterr().err
+        monkeypatch.setattr(phrase_encoder, "PROGRESS_FROM", 4)
+        encoder.encode_ids(phrases, batch_size=1)
         assert "encoding phrases" not in capsys.readouterr().err
         encoder.encode_ids(phrases, batch_size=1, show_progress_bar=True)
     assert "encoding phrases" in capsys.readouterr().err
