@@ -11,17 +11,38 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-__all__ = ["hits_at_k", "mrr_at_k", "ndcg_at_k", "ranking_metrics", "recall_at_k"]
+import numpy as np
+
+__all__ = ["hits_at_k", "mrr_at_k", "ndcg_at_k", "paired_relative_interval", "ranking_metrics", "recall_at_k",
+           "reciprocal_ranks"]
 
 Relevant = Hashable | set | frozenset | list | tuple
 
 
+def reciprocal_ranks(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], k: int = 10) -> list[float]:
+    """Per query, 1/rank of the first relevant id within the top ``k`` (0 if none)."""
+    return [next((1.0 / rank for rank, doc in enumerate(ranking[:k], 1) if doc in gold), 0.0)
+            for ranking, gold in _pairs(rankings, relevant, k)]
+
+
 def mrr_at_k(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], k: int = 10) -> float:
     """Mean over queries of 1/rank of the first relevant id within the top ``k`` (0 if none)."""
-    return _mean(
-        next((1.0 / rank for rank, doc in enumerate(ranking[:k], 1) if doc in gold), 0.0)
-        for ranking, gold in _pairs(rankings, relevant, k)
-    )
+    return _mean(reciprocal_ranks(rankings, relevant, k))
+
+
+def paired_relative_interval(base: Sequence[float], other: Sequence[float], resamples: int = 2000, level: float = 0.95,
+                             seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``mean(other) / mean(base) - 1`` over the same queries, resampled in pairs
+    (e.g. per-query reciprocal ranks of a shortlist and of full scoring): how far a relative change is from noise."""
+    if len(base) != len(other) or not base:
+        raise ValueError(f"base and other must be per-query values of the same queries; got {len(base)} and {len(other)}")
+    if not 0 < level < 1 or resamples < 1:
+        raise ValueError(f"level={level} must lie in (0, 1) and resamples={resamples} be >= 1")
+    picked = np.random.default_rng(seed).integers(len(base), size=(resamples, len(base)))
+    totals = np.asarray(base, dtype=np.float64)[picked].sum(1)
+    changes = np.where(totals > 0, np.asarray(other, dtype=np.float64)[picked].sum(1) / np.maximum(totals, 1e-300) - 1, 0.0)
+    low, high = np.quantile(changes, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
 
 
 def recall_at_k(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], k: int) -> float:

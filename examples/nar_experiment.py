@@ -13,19 +13,21 @@ held-out sentence per lead (a seeded sample) and the 558 FanOutQA dev sub-questi
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from dynvocab.assets import wikipedia_leads
 from dynvocab.shortlist import ShortlistConfig, ShortlistHead
-from evals.ranking import hits_at_k, ranking_metrics
+from evals.ranking import hits_at_k, paired_relative_interval, ranking_metrics, reciprocal_ranks
 from retrieval.docid_trie import DocidTrie, beam_search, beam_search_reference
 from retrieval.nar_data import fanoutqa_queries, split_queries
 from retrieval.nar_model import NarConfig, NarRetriever
@@ -33,10 +35,20 @@ from retrieval.nar_pipeline import docid_tokenizer, rank_documents, train_retrie
 from retrieval.nar_training import NarTrainConfig, cached_features, docid_targets, fit_learned_head
 
 
-def metrics(rankings: list[list[int]], gold: list[int]) -> dict[str, float]:
+def metrics(rankings: list[list[int]], gold: list[int], full: list[list[int]] | None = None) -> dict:
+    """The ranking metrics; with ``full`` (the full softmax's rankings of the same queries), also MRR@10's relative
+    change against it and its 95% paired-bootstrap interval (the spread of the queries, not of training)."""
     row = ranking_metrics(rankings, gold, (5, 20, 100))
     row.update({f"hits@{k}": hits_at_k(rankings, gold, k) for k in (1, 10)})
-    return {k: round(v, 4) for k, v in row.items()}
+    row = {k: round(v, 4) for k, v in row.items()}
+    if full is not None:
+        base, other = reciprocal_ranks(full, gold), reciprocal_ranks(rankings, gold)
+        row["mrr@10 vs full"] = [round(sum(other) / sum(base) - 1, 4), *(round(v, 4) for v in paired_relative_interval(base, other))]
+    return row
+
+
+#: timed rounds of each beam search
+BEAM_ROUNDS = 7
 
 
 def per_query_ms(model: NarRetriever, queries: list[str], trie: DocidTrie, head, batch: int, beam: int) -> dict:
@@ -88,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
         (Path(args.output) / "report.md").write_text(markdown(report), encoding="utf-8")
         return report
     if args.tiny:
-        args.steps, args.test_sentences, args.beam, args.big_vocab, args.latency_queries = 2, 16, 10, 20000, 4
+        args.steps, args.test_sentences, args.beam, args.big_vocab, args.latency_queries = 2, 16, 10, 20000, 16
         args.cluster_queries, args.clusters = 64, 16
     torch.set_num_threads(args.threads)
     output, runs = Path(args.output), Path(args.runs)
@@ -125,6 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
         report["features_s"] = round(time.perf_counter() - began, 1)
     shortlist = ShortlistConfig(num_clusters=args.clusters, subset_size=args.subset_size, probe=args.probe, seed=args.seed)
     models, tries = {}, {}
+    full_rankings: dict[str, list[list[int]]] = {}  # per test, the phrase model's: each shortlist is compared with them
     for kind in args.kinds.split(","):
         began = time.perf_counter()
         tokenizer = docid_tokenizer(kind, titles, args.vocab_size)
@@ -144,22 +157,26 @@ def main(argv: list[str] | None = None) -> dict:
             began = time.perf_counter()
             picked = random.Random(args.seed).sample(range(len(split.train_queries)), min(args.cluster_queries, len(split.train_queries)))
             targets, _ = docid_targets([titles[split.train_documents[i]] for i in picked], tokenizer, model.config.positions)
-            heads["learned shortlist"] = fit_learned_head(model, [split.train_queries[i] for i in picked], targets,
-                                                          tokenizer.end_id, shortlist,
-                                                          features=None if features is None else features[picked])
+            fit_learned = functools.partial(fit_learned_head, model, [split.train_queries[i] for i in picked], targets,
+                                            tokenizer.end_id, shortlist, features=None if features is None else features[picked])
+            heads["learned shortlist"] = fit_learned()
             report["learned_fit_s"] = round(time.perf_counter() - began, 1)
             heads["centroid shortlist"] = ShortlistHead.from_vectors(model.output.detach(), shortlist)
+            phrase_heads = heads
         for name, head in heads.items():
             system = f"{kind} / {name}"
             report["systems"][system] = {}
             for test, (queries, gold) in tests.items():
                 rankings, totals = rank_documents(model, queries, tries[kind], document_of_docid, head, args.beam)
-                report["systems"][system][test] = metrics(rankings, gold) | {"candidates": round(totals["candidates"], 1)}
+                if system == "phrase / full":
+                    full_rankings[test] = rankings
+                compared = full_rankings[test] if kind == "phrase" and head is not None else None
+                report["systems"][system][test] = metrics(rankings, gold, compared) | {"candidates": round(totals["candidates"], 1)}
             print(system, json.dumps(report["systems"][system]), flush=True)
             _save(output, report)
     dense_reference(report, leads, tests)
     _save(output, report)
-    timing(report, models["phrase"], tries["phrase"], tests, args, shortlist)
+    timing(report, models["phrase"], tries["phrase"], document_of_docid, tests, full_rankings, phrase_heads, fit_learned, args)
     _save(output, report)
     return report
 
@@ -181,46 +198,63 @@ def dense_reference(report: dict, leads: list[dict], tests: dict) -> None:
     print("dense", json.dumps(report["systems"]["MiniLM + FAISS (dense)"]), flush=True)
 
 
-def timing(report: dict, model: NarRetriever, trie: DocidTrie, tests: dict, args, shortlist: ShortlistConfig) -> None:
-    """Latency of the trained head and of a ``big_vocab``-row head; beam search against its Python loop."""
+def timing(report: dict, model: NarRetriever, trie: DocidTrie, document_of_docid: torch.Tensor, tests: dict,
+           full_rankings: dict[str, list[list[int]]], heads: dict, fit_learned: Callable[[], ShortlistHead], args) -> None:
+    """Latency of each head at the trained size. Then at ``big_vocab`` rows (the trained ones plus random rows at their
+    scale, on no trie edge): full scoring, the learned shortlist fitted on all the rows and a training-free k-means head,
+    each timed and ranked against full scoring. Last, the batched beam search against its per-query Python loop."""
     queries = tests["held-out sentences"][0][: args.latency_queries]
-    heads = {"full": None, "shortlist": ShortlistHead.from_vectors(model.output.detach(), shortlist)}
     report["latency"] = {f"V={model.config.vocab_size} {name} batch {batch}": per_query_ms(model, queries, trie, head, batch, 10)
                          for name, head in heads.items() for batch in (1, 16)}
     if args.big_vocab:
         trained = model.output.data
         extra = torch.randn(args.big_vocab - trained.shape[0], trained.shape[1], generator=torch.Generator().manual_seed(0))
         model.output.data = torch.cat([trained, extra * trained.std()])
+        big = {"full": None}
+        report["big_heads"] = {"rows": args.big_vocab, "rows_are": "the trained rows plus random rows (same scale) up to the size"}
+        began = time.perf_counter()
+        big["learned shortlist"] = fit_learned()
+        report["big_heads"]["learned"] = {"clusters": big["learned shortlist"].num_clusters, "fit_s": round(time.perf_counter() - began, 1)}
         began = time.perf_counter()
         config = ShortlistConfig(num_clusters=1024, subset_size=256, probe=args.probe, kmeans_iterations=5,
                                  max_points_per_centroid=32, seed=args.seed)
-        big = ShortlistHead.from_vectors(model.output.detach(), config)
-        report["big_head"] = {"rows": args.big_vocab, "clusters": big.num_clusters, "fit_s": round(time.perf_counter() - began, 1),
-                              "rows_are": "the trained rows plus random rows (same scale) up to the size"}
-        for name, head in (("full", None), ("shortlist", big)):
+        big["centroid shortlist"] = ShortlistHead.from_vectors(model.output.detach(), config)
+        report["big_heads"]["centroid"] = {"clusters": 1024, "subset_size": 256, "fit_s": round(time.perf_counter() - began, 1)}
+        for name, head in big.items():
             for batch in (1, 16):
                 report["latency"][f"V={args.big_vocab} {name} batch {batch}"] = per_query_ms(model, queries, trie, head, batch, 10)
+            system = f"phrase / V={args.big_vocab} {name}"
+            report["systems"][system] = {}
+            for test, (test_queries, gold) in tests.items():
+                rankings, totals = rank_documents(model, test_queries, trie, document_of_docid, head, args.beam, batch_size=8)
+                report["systems"][system][test] = metrics(rankings, gold, full_rankings[test]) | {"candidates": round(totals["candidates"], 1)}
+            print(system, json.dumps(report["systems"][system]), flush=True)
         model.output.data = trained
     for key, row in report["latency"].items():
         print(f"latency {key}: {json.dumps(row)}", flush=True)
-    report["beam_search"] = beam_search_speed(model, queries, trie, heads["shortlist"])
+    report["beam_search"] = beam_search_speed(model, queries, trie, heads["learned shortlist"])
     print("beam search", json.dumps(report["beam_search"]), flush=True)
 
 
 @torch.no_grad()
 def beam_search_speed(model: NarRetriever, queries: list[str], trie: DocidTrie, head: ShortlistHead) -> dict:
-    """The batched beam search against its per-query Python loop on the same shortlist scores."""
+    """The batched beam search against its per-query Python loop on the same shortlist scores (median of
+    ``BEAM_ROUNDS`` alternated rounds after one warm-up call of each)."""
     x0, positions = model(**model.tokenize(queries))
     head.always = torch.tensor([trie.end_id])
     ids, scores = head.score(x0, model.output, positions)
-    began = time.perf_counter()
-    fast = beam_search(trie, ids, scores, 10)
-    fast_s = time.perf_counter() - began
-    began = time.perf_counter()
-    slow = beam_search_reference(trie, ids, scores, 10)
-    slow_s = time.perf_counter() - began
-    return {"queries": len(queries), "beam": 10, "batched_ms": round(fast_s * 1e3, 2),
-            "python_loop_ms": round(slow_s * 1e3, 2), "speedup": round(slow_s / fast_s, 2),
+    fast, slow = beam_search(trie, ids, scores, 10), beam_search_reference(trie, ids, scores, 10)  # also the warm-up
+    fast_s, slow_s = [], []
+    for _ in range(BEAM_ROUNDS):  # alternated, so both meet the same machine load
+        began = time.perf_counter()
+        beam_search(trie, ids, scores, 10)
+        fast_s.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        beam_search_reference(trie, ids, scores, 10)
+        slow_s.append(time.perf_counter() - began)
+    fast_ms, slow_ms = statistics.median(fast_s) * 1e3, statistics.median(slow_s) * 1e3
+    return {"queries": len(queries), "beam": 10, "rounds": BEAM_ROUNDS, "batched_ms": round(fast_ms, 2),
+            "python_loop_ms": round(slow_ms, 2), "speedup": round(slow_ms / fast_ms, 2),
             "identical": bool(torch.equal(fast.docids, slow.docids) and torch.equal(fast.scores, slow.scores))}
 
 
@@ -234,11 +268,14 @@ def markdown(report: dict) -> str:
     lines = ["# NAR generative retrieval on the Wikipedia leads", "", f"Command: `{report['command']}`", "",
              f"Versions: {report['versions']}. Training pairs: {report['train_pairs']}; test queries: {report['tests']}.", ""]
     for test in report["tests"]:
-        lines += [f"## {test}", "", "| system | MRR@10 | R@5 | R@20 | R@100 | Hits@1 | Hits@10 | candidates |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"## {test}", "", "| system | MRR@10 | MRR@10 vs full (95% interval) | R@5 | R@20 | R@100 | Hits@1 | Hits@10 | "
+                  "candidates |", "|---|---|---|---|---|---|---|---|---|"]
         for system, rows in report["systems"].items():
             r = rows.get(test)
             if r:
-                lines.append(f"| {system} | {r['mrr@10']:.4f} | {r['recall@5']:.4f} | {r['recall@20']:.4f} | {r['recall@100']:.4f} | "
+                change = r.get("mrr@10 vs full")
+                versus = f"{change[0]:+.1%} ({change[1]:+.1%} .. {change[2]:+.1%})" if change else ""
+                lines.append(f"| {system} | {r['mrr@10']:.4f} | {versus} | {r['recall@5']:.4f} | {r['recall@20']:.4f} | {r['recall@100']:.4f} | "
                              f"{r['hits@1']:.4f} | {r['hits@10']:.4f} | {r.get('candidates', '')} |")
         lines.append("")
     vocabs = [k for k in report if k.startswith("vocab_")]
@@ -256,10 +293,12 @@ def markdown(report: dict) -> str:
         for key, r in report["latency"].items():
             lines.append(f"| {key} | {r['ms']:.2f} | {r['encode_ms']:.2f} | {r['head_and_search_ms']:.2f} | {r['candidates']:.0f} |")
         lines.append("")
-    if "big_head" in report:
-        lines += [f"Timing head: {report['big_head']}", ""]
+    if "big_heads" in report:
+        lines += [f"Heads at {report['big_heads']['rows']:,} rows ({report['big_heads']['rows_are']}): learned "
+                  f"{report['big_heads']['learned']}, centroid {report['big_heads']['centroid']}.", ""]
     if "beam_search" in report:
-        lines += [f"Beam search, batched against the per-query Python loop: {report['beam_search']}", ""]
+        lines += [f"Beam search, batched against the per-query Python loop (median of alternated rounds): "
+                  f"{report['beam_search']}", ""]
     return "\n".join(lines) + "\n"
 
 

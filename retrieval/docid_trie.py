@@ -26,12 +26,16 @@ __all__ = ["BeamResult", "DocidTrie", "aggregate_documents", "beam_search", "bea
 
 class DocidTrie:
     """Nodes ``0 .. n-1`` (0 is the root); node ``u``'s edges are ``offsets[u] .. offsets[u+1]`` of
-    ``tokens`` (their labels, sorted) and ``children``; ``leaf_docid[u]`` is the docid a leaf closes (-1 elsewhere)."""
+    ``tokens`` (their labels, sorted) and ``children``; ``leaf_docid[u]`` is the docid a leaf closes (-1 elsewhere).
+    ``root_child[t]`` is the root's child along token ``t`` (-1: none; its last entry stands for every larger id)."""
 
     def __init__(self, offsets: torch.Tensor, tokens: torch.Tensor, children: torch.Tensor, leaf_docid: torch.Tensor,
                  end_id: int, max_length: int) -> None:
         self.offsets, self.tokens, self.children, self.leaf_docid = offsets, tokens, children, leaf_docid
         self.end_id, self.max_length = end_id, max_length
+        root = slice(int(offsets[0]), int(offsets[1]))
+        self.root_child = torch.full((int(tokens.max()) + 2,), -1, dtype=torch.long, device=tokens.device)
+        self.root_child[tokens[root]] = children[root]  # every query starts here: one gather, not a search
 
     @classmethod
     def build(cls, docids: Sequence[Sequence[int]], end_id: int) -> "DocidTrie":
@@ -81,71 +85,95 @@ class BeamResult:
     scores: torch.Tensor
 
 
-def _lookup(ids: torch.Tensor | None, scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Scores ``(B, C)`` of sorted candidate ``ids`` ``(B, C)`` at ``tokens`` ``(B, K)``; ``-inf`` for ids off the list."""
-    if ids is None:
-        return scores.gather(1, tokens)
-    where = torch.searchsorted(ids, tokens).clamp(max=ids.shape[1] - 1)
-    found = ids.gather(1, where) == tokens
-    return scores.gather(1, where).masked_fill(~found, float("-inf"))
-
-
 @torch.no_grad()
 def beam_search(trie: DocidTrie, ids: torch.Tensor | None, scores: torch.Tensor, beam_size: int = 10) -> BeamResult:
     """Trie-constrained beam search for ``B`` queries at once: sorted candidate ``ids`` ``(B, C)`` (None: every id),
     position scores ``(B, s, C)`` -> the ``beam_size`` best finished docids per query.
 
-    Each step lays every live beam's continuations out flat (no padding to the widest node), drops those off the
-    query's shortlist, and keeps each query's best ``beam_size`` with three stable sorts (ties: beam, then edge order).
+    The first step meets the root, whose edges are every docid's first token: it intersects each query's shortlist
+    with them (``(B, C)`` lookups, not ``B x`` the root's degree). Later steps lay every live beam's continuations out
+    flat, a finished beam passing as itself. Each query keeps its ``beam_size`` best by a per-row ``topk`` threshold and
+    a sort of the few that pass it (ties: beam, then edge order, as the reference breaks them).
     """
     _check_inputs(ids, scores, beam_size)
     batch, positions, _ = scores.shape
     device = scores.device
-    nodes = torch.full((batch, beam_size), -1, dtype=torch.long, device=device)
-    nodes[:, 0] = 0
-    totals = torch.full((batch, beam_size), float("-inf"), dtype=scores.dtype, device=device)
-    totals[:, 0] = 0
-    finished = torch.zeros_like(nodes, dtype=torch.bool)
-    keys = None if ids is None else (ids + torch.arange(batch, device=device)[:, None] * (int(ids.max()) + 1)).flatten()
-    for step in range(min(positions, trie.max_length)):
+    if positions == 0:
+        empty = torch.full((batch, beam_size), -1, dtype=torch.long, device=device)
+        return _finished(trie, empty, torch.full(empty.shape, float("-inf"), dtype=scores.dtype, device=device),
+                         torch.zeros_like(empty, dtype=torch.bool))
+    ids = None if ids is None else ids.contiguous()  # searchsorted copies a strided input on every call
+    scores = scores.contiguous()  # read through flat indices below, never copied per step
+    degrees = trie.offsets[1:] - trie.offsets[:-1]
+    if ids is None:
+        root = slice(int(trie.offsets[0]), int(trie.offsets[1]))
+        step_scores, step_nodes = scores[:, 0, trie.tokens[root]], trie.children[root].expand(batch, -1)
+    else:
+        step_nodes = trie.root_child[ids.clamp(max=trie.root_child.numel() - 1)]
+        step_scores = scores[:, 0].masked_fill(step_nodes < 0, float("-inf"))
+    query, column, rank = _best_per_row(step_scores, beam_size)
+    nodes, totals = _placed(query, rank, step_nodes[query, column], step_scores[query, column], batch, beam_size)
+    finished = (nodes >= 0) & (trie.leaf_docid[nodes.clamp(min=0)] >= 0)
+    width = scores.shape[2]
+    stride = None if ids is None else int(ids.max()) + 1
+    keys = None if ids is None else (ids + torch.arange(batch, device=device)[:, None] * stride).flatten()
+    for step in range(1, min(positions, trie.max_length)):
         if bool(finished[nodes >= 0].all()):
             break
         live = (nodes >= 0) & ~finished
-        start = trie.offsets[nodes.clamp(min=0)].flatten()
-        degree = torch.where(live, trie.offsets[nodes.clamp(min=0) + 1] - trie.offsets[nodes.clamp(min=0)], 0).flatten()
-        beam = torch.repeat_interleave(torch.arange(batch * beam_size, device=device), degree)  # (E,) flat beam of each edge
+        at = nodes.clamp(min=0)
+        degree = torch.where(live, degrees[at], finished.long()).flatten()
+        beam = torch.repeat_interleave(torch.arange(batch * beam_size, device=device), degree)  # (E,) beam of each candidate
         within = torch.arange(beam.numel(), device=device) - (torch.cumsum(degree, 0) - degree)[beam]
-        edge = start[beam] + within
-        query = beam // beam_size
+        stays = finished.flatten()[beam]  # a finished beam competes as it is
+        edge = torch.where(stays, 0, trie.offsets[at.flatten()[beam]] + within)
+        candidate_query = beam // beam_size
         token = trie.tokens[edge]
         if ids is None:
-            step_scores = scores[query, step, token]
+            gained = scores[candidate_query, step, token]
         else:
-            where = torch.searchsorted(keys, query * (int(ids.max()) + 1) + token).clamp(max=keys.numel() - 1)
-            found = keys[where] == query * (int(ids.max()) + 1) + token
-            step_scores = scores[:, step].flatten()[where].masked_fill(~found, float("-inf"))
-        stay = finished.flatten().nonzero().flatten()  # a finished beam competes as it is, before its (no) edges
-        cand_beam = torch.cat([stay, beam])
-        cand_total = torch.cat([totals.flatten()[stay], totals.flatten()[beam] + step_scores])
-        cand_node = torch.cat([nodes.flatten()[stay], trie.children[edge]])
-        cand_order = torch.cat([torch.zeros_like(stay), within + 1])
-        keep = torch.isfinite(cand_total)
-        cand_beam, cand_total, cand_node, cand_order = cand_beam[keep], cand_total[keep], cand_node[keep], cand_order[keep]
-        width = int(cand_order.max()) + 1 if cand_order.numel() else 1
-        order = torch.argsort(cand_beam * width + cand_order, stable=True)
-        order = order[torch.argsort(cand_total[order], descending=True, stable=True)]
-        cand_query = cand_beam[order] // beam_size
-        order = order[torch.argsort(cand_query, stable=True)]
-        cand_query = cand_beam[order] // beam_size
-        first = torch.searchsorted(cand_query, torch.arange(batch, device=device))
-        rank = torch.arange(order.numel(), device=device) - first[cand_query]
-        chosen = rank < beam_size
-        nodes = torch.full_like(nodes, -1)
-        totals = torch.full_like(totals, float("-inf"))
-        nodes[cand_query[chosen], rank[chosen]] = cand_node[order][chosen]
-        totals[cand_query[chosen], rank[chosen]] = cand_total[order][chosen]
+            wanted = candidate_query * stride + token
+            where = torch.searchsorted(keys, wanted).clamp(max=keys.numel() - 1)  # = query * width + column
+            flat = where + candidate_query * ((positions - 1) * width) + step * width  # into scores (B, s, C)
+            gained = scores.view(-1)[flat].masked_fill(keys[where] != wanted, float("-inf"))
+        candidate_total = totals.flatten()[beam] + torch.where(stays, 0, gained)
+        candidate_node = torch.where(stays, nodes.flatten()[beam], trie.children[edge])
+        # candidates lie in (query, beam, edge) order: two stable sorts rank each query's, ties as the reference
+        order = torch.argsort(candidate_total, descending=True, stable=True)
+        order = order[torch.argsort(candidate_query[order], stable=True)]
+        query = candidate_query[order]
+        rank = torch.arange(order.numel(), device=device) - torch.searchsorted(query, torch.arange(batch, device=device))[query]
+        keep = (rank < beam_size) & torch.isfinite(candidate_total[order])
+        chosen = order[keep]
+        nodes, totals = _placed(query[keep], rank[keep], candidate_node[chosen], candidate_total[chosen], batch, beam_size)
         finished = (nodes >= 0) & (trie.leaf_docid[nodes.clamp(min=0)] >= 0)
     return _finished(trie, nodes, totals, finished)
+
+
+def _best_per_row(values: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``count`` largest finite entries of each row of ``(B, n)`` ``values``, ties to the lower column ->
+    their rows, columns and ranks (0 = best). A ``topk`` threshold passes few entries, so the stable sorts stay small."""
+    if values.shape[1] == 0:
+        nothing = torch.empty(0, dtype=torch.long, device=values.device)
+        return nothing, nothing, nothing
+    kth = values.topk(min(count, values.shape[1]), dim=1).values[:, -1:]
+    row, column = ((values >= kth) & torch.isfinite(values)).nonzero(as_tuple=True)  # row-major: columns ascend
+    order = torch.argsort(values[row, column], descending=True, stable=True)
+    order = order[torch.argsort(row[order], stable=True)]
+    row, column = row[order], column[order]
+    first = torch.searchsorted(row, torch.arange(values.shape[0], device=values.device))
+    rank = torch.arange(row.numel(), device=values.device) - first[row]
+    chosen = rank < count
+    return row[chosen], column[chosen], rank[chosen]
+
+
+def _placed(query: torch.Tensor, rank: torch.Tensor, node: torch.Tensor, total: torch.Tensor, batch: int, beam_size: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Beams ``(B, W)``: ``node`` and ``total`` written at ``(query, rank)``; -1 and ``-inf`` elsewhere."""
+    nodes = torch.full((batch, beam_size), -1, dtype=torch.long, device=node.device)
+    totals = torch.full((batch, beam_size), float("-inf"), dtype=total.dtype, device=total.device)
+    nodes[query, rank], totals[query, rank] = node, total
+    return nodes, totals
 
 
 def _finished(trie: DocidTrie, nodes: torch.Tensor, totals: torch.Tensor, finished: torch.Tensor) -> BeamResult:

@@ -70,9 +70,9 @@ def _pairs(data: str) -> tuple[list[str], list[str], list[int]]:
     return list(docids), queries, documents
 
 
-def nar_train(data: str, vocab_dir: str, encoder: str, config: NarTrainConfig, resume: bool, cluster_steps: int
-              ) -> dict[str, Any]:
-    """Train the retriever on ``data`` with the vocabulary in ``vocab_dir``, then fit the learned shortlist."""
+def nar_train(data: str, vocab_dir: str, encoder: str, config: NarTrainConfig, resume: bool, cluster_steps: int,
+              shortlist: ShortlistConfig | None = None) -> dict[str, Any]:
+    """Train the retriever on ``data`` with the vocabulary in ``vocab_dir``, then fit the learned ``shortlist``."""
     if cluster_steps < 0:
         raise ValueError(f"--cluster-steps={cluster_steps} must be >= 0 (0 skips the cluster fit)")
     vocab = PhraseVocabulary.load(vocab_dir)
@@ -84,7 +84,8 @@ def nar_train(data: str, vocab_dir: str, encoder: str, config: NarTrainConfig, r
     result = {"output_dir": str(folder), "docids": len(docids), "pairs": len(queries)}
     if cluster_steps:
         targets, _ = docid_targets([docids[d] for d in documents], vocab, model.config.positions)
-        head = fit_learned_head(model, queries, targets, vocab.end_id, ShortlistConfig(), steps=cluster_steps)
+        head = fit_learned_head(model, queries, targets, vocab.end_id, shortlist or ShortlistConfig(),
+                                steps=cluster_steps)
         head.save(folder / "shortlist")
         result["clusters"] = head.num_clusters
     return result

@@ -42,6 +42,8 @@ SPECIAL_TOKENS = ("[PAD]", "[END]", "[UNK]")
 PAD_ID, END_ID, UNK_ID = 0, 1, 2
 FORMAT = "dynvocab.PhraseVocabulary"
 VOCAB_FILE = "vocab.json"
+#: docids plus candidates from which the first segmentation shows progress bars
+PROGRESS_FROM = 100_000
 _PIECE = re.compile(r"\s*(?:[^\W\d_]+|\d+|[^\w\s]|_)|\s+")
 
 
@@ -119,32 +121,50 @@ class PhraseVocabulary:
             raise ValueError(f"size={config.size} is below the {len(base)} special tokens and characters the docids need; "
                              "raise size")
         phrases = [c for c in candidates if c not in set(characters)]
-        target = config.size - len(base)
-        bar = tqdm(total=max(len(phrases) - target, 0), desc="pruning phrases", disable=not show_progress_bar)
-        while len(phrases) > target:
-            vocab = cls(base + phrases, config)
-            uses = vocab._uses(split, counts)
-            earn = {p: uses[p] * (vocab._cost_without(p) - 1) if uses[p] else 0 for p in phrases}
-            excess = len(phrases) - target
-            drop = min(excess, max(1000, math.ceil(config.prune_fraction * excess)))
-            dropped = set(sorted(phrases, key=lambda p: (earn[p], uses[p], p))[:drop])
-            phrases = [p for p in phrases if p not in dropped]
+        kept = cls(base + phrases, config)._pruned(phrases, config.size - len(base), split, counts, show_progress_bar)
+        return cls(base + kept, config)
+
+    def _pruned(self, phrases: list[str], target: int, split: dict[str, list[str]], counts: Counter,
+                show_progress_bar: bool) -> list[str]:
+        """``phrases`` pruned in rounds to ``target``, dropping the lowest earners (this vocabulary loses them as it goes).
+
+        Each docid's segmentation, and each phrase's spelling without itself, is computed once and again only
+        when it used a dropped token: with fewer tokens a segmentation that is still possible stays the one the
+        dynamic programme picks (its cost cannot fall, its ties break as before), so the result is the same as
+        segmenting everything every round, and a round costs what the dropped tokens touched.
+        """
+        quiet = not show_progress_bar or len(split) + len(phrases) < PROGRESS_FROM
+        segmented = _Segmentations(counts)
+        for docid, parts in tqdm(split.items(), desc="segmenting docids", disable=quiet):
+            segmented.set(docid, self._segment(parts))
+        spelled = _Segmentations()  # each phrase's text without the phrase: len - 1 tokens saved per use
+        for phrase in tqdm(phrases, desc="spelling phrases", disable=quiet):
+            spelled.set(phrase, self._spelling_without(phrase))
+        alive = list(phrases)
+        bar = tqdm(total=max(len(alive) - target, 0), desc="pruning phrases", disable=not show_progress_bar)
+        while len(alive) > target:
+            uses = segmented.uses
+            earn = {p: uses[p] * (len(spelled.tokens[p]) - 1) if uses[p] else 0 for p in alive}
+            excess = len(alive) - target
+            drop = min(excess, max(1000, math.ceil(self.config.prune_fraction * excess)))
+            dropped = set(sorted(alive, key=lambda p: (earn[p], uses[p], p))[:drop])
+            for phrase in dropped:
+                del self.ids[phrase]
+                spelled.remove(phrase)
+            for docid in segmented.users_of(dropped):
+                segmented.set(docid, self._segment(split[docid]))
+            for phrase in spelled.users_of(dropped):
+                spelled.set(phrase, self._spelling_without(phrase))
+            alive = [p for p in alive if p not in dropped]
             bar.update(len(dropped))
         bar.close()
-        return cls(base + phrases, config)
+        return alive
 
-    def _uses(self, split: dict[str, list[str]], counts: Counter) -> Counter:
-        uses: Counter = Counter()
-        for docid, parts in split.items():
-            for token in self._segment(parts):
-                uses[token] += counts[docid]
-        return uses
-
-    def _cost_without(self, token: str) -> int:
-        """Tokens ``token``'s own text takes when ``token`` is not in the vocabulary (what keeping it saves, plus one)."""
+    def _spelling_without(self, token: str) -> list[str]:
+        """The fewest tokens that spell ``token``'s text when ``token`` itself is not in the vocabulary."""
         number = self.ids.pop(token)
         try:
-            return len(self._segment(pieces(token)))
+            return self._segment(pieces(token))
         finally:
             self.ids[token] = number
 
@@ -206,6 +226,35 @@ class PhraseVocabulary:
         manifest, _ = read_tensor_folder(directory, FORMAT)
         tokens = json.loads((Path(directory) / VOCAB_FILE).read_text(encoding="utf-8"))
         return cls(tokens, PhraseVocabConfig.from_dict(manifest["config"]))
+
+
+class _Segmentations:
+    """Texts' current segmentations, how often each token is used (a text counts ``weights[text]`` times, default
+    once) and which texts use it, kept in step as texts are segmented again or removed."""
+
+    def __init__(self, weights: Counter | None = None) -> None:
+        self.weights = weights
+        self.tokens: dict[str, list[str]] = {}
+        self.uses: Counter = Counter()
+        self._users: dict[str, set[str]] = {}
+
+    def set(self, text: str, tokens: list[str]) -> None:
+        self.remove(text)
+        weight = 1 if self.weights is None else self.weights[text]
+        self.tokens[text] = tokens
+        for token in tokens:
+            self.uses[token] += weight
+            self._users.setdefault(token, set()).add(text)
+
+    def remove(self, text: str) -> None:
+        weight = 1 if self.weights is None else self.weights[text]
+        for token in self.tokens.pop(text, ()):
+            self.uses[token] -= weight
+            self._users[token].discard(text)
+
+    def users_of(self, tokens: set[str]) -> set[str]:
+        """The texts whose segmentation holds one of ``tokens``."""
+        return set().union(*(self._users.get(token, ()) for token in tokens))
 
 
 def _candidates(split: dict[str, list[str]], counts: Counter, config: PhraseVocabConfig) -> list[str]:

@@ -2,7 +2,15 @@ import math
 
 import pytest
 
-from evals.ranking import hits_at_k, mrr_at_k, ndcg_at_k, ranking_metrics, recall_at_k
+from evals.ranking import (
+    hits_at_k,
+    mrr_at_k,
+    ndcg_at_k,
+    paired_relative_interval,
+    ranking_metrics,
+    recall_at_k,
+    reciprocal_ranks,
+)
 
 # two queries with hand-known answers: q1's relevant doc at rank 2, q2's relevant docs at ranks 1 and 4
 RANKINGS = [["a", "b", "c"], ["x", "y", "z", "w"]]
@@ -49,3 +57,20 @@ def test_ranking_metrics_collects_the_report_row():
 def test_bad_inputs_are_named(rankings, relevant, k, error, fragment):
     with pytest.raises(error, match=fragment):
         mrr_at_k(rankings, relevant, k)
+
+
+def test_reciprocal_ranks_are_per_query_and_average_to_the_mrr():
+    assert reciprocal_ranks(RANKINGS, RELEVANT, 10) == pytest.approx([1 / 2, 1])
+    assert sum(reciprocal_ranks(RANKINGS, RELEVANT, 1)) / 2 == pytest.approx(mrr_at_k(RANKINGS, RELEVANT, 1))
+
+
+def test_the_paired_interval_holds_the_relative_change_and_is_zero_for_equal_systems():
+    base = [1.0, 0.5, 0.0, 0.25] * 25
+    assert paired_relative_interval(base, base) == (0.0, 0.0)
+    low, high = paired_relative_interval(base, [v * 0.9 for v in base])
+    assert low == pytest.approx(-0.1) and high == pytest.approx(-0.1)  # a uniform change has no spread
+    noisy = [v if n % 2 else v * 0.5 for n, v in enumerate(base)]
+    low, high = paired_relative_interval(base, noisy)
+    assert low < sum(noisy) / sum(base) - 1 < high and high - low > 0.01
+    with pytest.raises(ValueError, match="same queries"):
+        paired_relative_interval(base, base[:-1])

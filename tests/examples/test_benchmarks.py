@@ -47,4 +47,7 @@ def test_shortlist_benchmark(tiny_lm_dir, tmp_path, capsys):
 def test_nar_experiment(tmp_path):
     report = load("nar_experiment").main(["--tiny", "--output", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")])
     assert report["beam_search"]["identical"] and "phrase / learned shortlist" in report["systems"]
+    change, low, high = report["systems"]["phrase / learned shortlist"]["held-out sentences"]["mrr@10 vs full"]
+    assert low <= change <= high
+    assert "phrase / V=20000 learned shortlist" in report["systems"] and "V=20000 centroid shortlist batch 16" in report["latency"]
     assert (tmp_path / "out" / "report.md").read_text().startswith("# NAR generative retrieval")

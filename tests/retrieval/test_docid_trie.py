@@ -58,6 +58,28 @@ def test_batched_search_equals_the_per_query_loop_on_sparse_shortlists(beam_size
     assert torch.equal(fast.docids, slow.docids) and torch.equal(fast.scores, slow.scores)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_batched_search_equals_the_loop_on_a_wide_root_with_tied_scores(sparse):
+    """Random docids over 40 ids (a root wider than the beam), scores rounded so that many tie."""
+    generator = torch.Generator().manual_seed(7)
+    docids = {tuple(torch.randint(1, 40, (int(n),), generator=generator).tolist())
+              for n in torch.randint(1, 5, (120,), generator=generator)}
+    trie = DocidTrie.build(sorted(docids), END)
+    scores = torch.randint(-4, 1, (5, trie.max_length + 1, 40), generator=generator).float()
+    ids = None
+    if sparse:
+        keep = torch.rand(5, 40, generator=generator) < 0.6
+        keep[:, END] = True
+        ids = torch.where(keep, torch.arange(40), 40).sort(-1).values
+        scores = torch.where((ids < 40)[:, None, :], scores.gather(2, ids.clamp(max=39)[:, None, :].expand_as(scores)),
+                             float("-inf"))
+    for beam_size in (1, 4, 16):
+        fast = beam_search(trie, ids, scores, beam_size)
+        slow = beam_search_reference(trie, ids, scores, beam_size)
+        assert torch.equal(fast.docids, slow.docids) and torch.equal(fast.scores, slow.scores)
+        assert bool((fast.docids >= 0).any())
+
+
 def test_a_query_s_results_do_not_depend_on_its_batch_mates():
     trie = DocidTrie.build(DOCIDS, END)
     scores = random_scores(3, 5, 8)

@@ -1,11 +1,14 @@
 """The phrase vocabulary: single-class pieces, fewest-token encodings, pruning to size, saving; BPE/Unigram baselines."""
 
 import itertools
+import math
+import random
+from collections import Counter
 
 import pytest
 
 from retrieval.phrase_vocab import (
-    SPECIAL_TOKENS, PhraseVocabConfig, PhraseVocabulary, pieces, train_baseline,
+    SPECIAL_TOKENS, PhraseVocabConfig, PhraseVocabulary, _candidates, pieces, train_baseline,
 )
 
 DOCIDS = ["New York City", "New York Times", "New Zealand", "York Minster", "Apollo 11", "Apollo 13 (film)",
@@ -76,3 +79,40 @@ def test_baselines_share_the_special_ids_and_stay_within_size(kind):
     assert tokenizer.vocab_size <= 60
     assert [tokenizer.tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2]
     assert all(ids for ids in tokenizer.encode_batch(["New York City", "Rome"]))
+
+
+def pruned_from_scratch(docids: list[str], config: PhraseVocabConfig) -> list[str]:
+    """The pruning's definition: every round segments every docid and spells every phrase anew."""
+    counts = Counter(docids)
+    split = {d: pieces(d) for d in counts}
+    characters = sorted({c for d in counts for c in d})
+    base = [*SPECIAL_TOKENS, *characters]
+    phrases = [c for c in _candidates(split, counts, config) if c not in set(characters)]
+    target, rounds = config.size - len(base), 0
+    while len(phrases) > target:
+        vocab = PhraseVocabulary(base + phrases, config)
+        uses = Counter(t for d, parts in split.items() for t in vocab._segment(parts) for _ in range(counts[d]))
+
+        def saved(phrase: str) -> int:
+            del vocab.ids[phrase]
+            spelled = len(vocab._segment(pieces(phrase)))
+            vocab.ids[phrase] = 0
+            return spelled - 1
+
+        earn = {p: uses[p] * saved(p) if uses[p] else 0 for p in phrases}
+        excess = len(phrases) - target
+        drop = min(excess, max(1000, math.ceil(config.prune_fraction * excess)))
+        dropped = set(sorted(phrases, key=lambda p: (earn[p], uses[p], p))[:drop])
+        phrases = [p for p in phrases if p not in dropped]
+        rounds += 1
+    assert rounds >= 3  # the incremental updates were exercised
+    return base + phrases
+
+
+def test_pruning_that_segments_again_only_what_a_dropped_token_touched_equals_pruning_from_scratch():
+    rng = random.Random(0)
+    words = ["river", "rivers", "red", "blue", "lake", "old", "castle", "new", "newton", "york", "13", "1969", "(film)",
+             "saint", "st.", "john", "johnson", "battle", "of", "the", "war", "1812", "king", "kingdom"]
+    docids = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 5))) for _ in range(1500)]
+    config = PhraseVocabConfig(size=300, min_count=1, max_pieces=5)
+    assert PhraseVocabulary.train(docids, config, show_progress_bar=False).tokens == pruned_from_scratch(docids, config)

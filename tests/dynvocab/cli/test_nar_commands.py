@@ -16,11 +16,12 @@ def test_build_vocab_train_and_search(tmp_path, tiny_encoder_dir, capsys):
     main(["build-vocab", "--data", str(tmp_path / "docids.txt"), "--output", str(tmp_path / "vocab"), "--size", "40"])
     built = json.loads(capsys.readouterr().out)
     assert built["size"] <= 40 and built["docids"] == 6
+    # subsets as large as the vocabulary: every docid stays reachable from the shortlist
     main(["nar-train", "--vocab", str(tmp_path / "vocab"), "--data", str(tmp_path / "pairs.jsonl"), "--encoder",
           str(tiny_encoder_dir), "--output-dir", str(tmp_path / "run"), "--max-steps", "2", "--batch-size", "4",
-          "--cluster-steps", "2"])
+          "--cluster-steps", "2", "--clusters", "3", "--subset-size", "40", "--probe", "1"])
     trained = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert trained["pairs"] == 12 and trained["clusters"] >= 1
+    assert trained["pairs"] == 12 and trained["clusters"] == 3
     main(["nar-search", "--model", str(tmp_path / "run"), "--query", "where is the red river", "--shortlist", "--k", "3"])
     out = capsys.readouterr().out
     assert out.startswith("where is the red river") and " 1. " in out
