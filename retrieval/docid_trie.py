@@ -90,10 +90,10 @@ def beam_search(trie: DocidTrie, ids: torch.Tensor | None, scores: torch.Tensor,
     """Trie-constrained beam search for ``B`` queries at once: sorted candidate ``ids`` ``(B, C)`` (None: every id),
     position scores ``(B, s, C)`` -> the ``beam_size`` best finished docids per query.
 
-    The first step meets the root, whose edges are every docid's first token: it intersects each query's shortlist
-    with them (``(B, C)`` lookups, not ``B x`` the root's degree). Later steps lay every live beam's continuations out
-    flat, a finished beam passing as itself. Each query keeps its ``beam_size`` best by a per-row ``topk`` threshold and
-    a sort of the few that pass it (ties: beam, then edge order, as the reference breaks them).
+    The first step meets the root, whose edges are every docid's first token: one gather in ``root_child`` takes each
+    query's shortlist ids to root children (not ``B x`` the root's degree), and a per-row ``topk`` threshold keeps the
+    best. Later steps lay every live beam's continuations out flat, a finished beam passing as itself, and rank each
+    query's with two stable sorts. Ties break by beam, then edge order, as the reference breaks them.
     """
     _check_inputs(ids, scores, beam_size)
     batch, positions, _ = scores.shape
