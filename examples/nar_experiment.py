@@ -43,7 +43,8 @@ def metrics(rankings: list[list[int]], gold: list[int], full: list[list[int]] | 
     row = {k: round(v, 4) for k, v in row.items()}
     if full is not None:
         base, other = reciprocal_ranks(full, gold), reciprocal_ranks(rankings, gold)
-        row["mrr@10 vs full"] = [round(sum(other) / sum(base) - 1, 4), *(round(v, 4) for v in paired_relative_interval(base, other))]
+        change = sum(other) / sum(base) - 1 if sum(base) else float("nan")  # no change is defined against an MRR of 0
+        row["mrr@10 vs full"] = [round(change, 4), *(round(v, 4) for v in paired_relative_interval(base, other))]
     return row
 
 
