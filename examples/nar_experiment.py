@@ -220,7 +220,8 @@ def timing(report: dict, model: NarRetriever, trie: DocidTrie, document_of_docid
         config = ShortlistConfig(num_clusters=1024, subset_size=256, probe=args.probe, kmeans_iterations=5,
                                  max_points_per_centroid=32, seed=args.seed)
         big["centroid shortlist"] = ShortlistHead.from_vectors(model.output.detach(), config)
-        report["big_heads"]["centroid"] = {"clusters": 1024, "subset_size": 256, "fit_s": round(time.perf_counter() - began, 1)}
+        report["big_heads"]["centroid"] = {"clusters": config.num_clusters, "subset_size": config.subset_size,
+                                           "fit_s": round(time.perf_counter() - began, 1)}
         for name, head in big.items():
             for batch in (1, 16):
                 report["latency"][f"V={args.big_vocab} {name} batch {batch}"] = per_query_ms(model, queries, trie, head, batch, 10)
