@@ -74,16 +74,6 @@ class HybridVectors:
     def __len__(self) -> int:
         return len(self.dense)
 
-    def sparse_matrix(self, vocab_size: int):
-        """The sparse part as a ``scipy.sparse.csr_matrix (n, vocab_size)``."""
-        from scipy.sparse import csr_matrix
-
-        n, k = self.ids.shape
-        indptr = np.arange(0, n * k + 1, k, dtype=np.int64)
-        matrix = csr_matrix((self.values.ravel(), self.ids.ravel(), indptr), shape=(n, vocab_size))
-        matrix.eliminate_zeros()
-        return matrix
-
 
 def top_k_sparse(weights: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest entries of ``weights (n, V)``: ``(ids (n, k) int64, values (n, k))``, zeros kept as 0."""

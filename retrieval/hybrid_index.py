@@ -1,10 +1,9 @@
-"""``HybridIndex``: DupMAE's dense [CLS] part in FAISS, its sparse vocabulary part in an inverted index.
+"""``HybridIndex``: DupMAE's dense [CLS] part in FAISS, its sparse vocabulary part in a :class:`SparseIndex`.
 
-The sparse part is a ``scipy.sparse`` CSC matrix ``(n, V)``: its columns are the posting lists of the
-vocabulary ids. Multiplying a query's sparse row by it walks only the posting lists of the query's own
-ids (scipy's compiled sparse product), which is what an inverted index does, without a new dependency.
-:meth:`HybridIndex.search` takes the top candidates of each part, re-scores their union exactly
-(dense dot + sparse dot) and returns the best ``k``, the same ``(scores, ids)`` as ``DocumentIndex.search``.
+:meth:`HybridIndex.search` takes the top candidates of each part (FAISS's exact dense top; the sparse part's
+pruned posting lists), re-scores their union exactly (dense dot by FAISS's ``compute_distance_subset``,
+sparse dot from the forward store) and returns the best ``k``, the same ``(scores, ids)`` as
+``DocumentIndex.search``.
 """
 
 from __future__ import annotations
@@ -15,13 +14,13 @@ from typing import Any
 
 import faiss
 import numpy as np
-from scipy.sparse import csc_matrix
 
 from encoders.hybrid import HybridEncoder, HybridVectors
 
 from .ann import as_vectors
 from .documents import TextSplit, load_documents
 from .hybrid_storage import encoder_record, read_hybrid_dir, write_hybrid_dir
+from .sparse_index import SparseIndex
 
 __all__ = ["HybridIndex"]
 
@@ -33,28 +32,37 @@ class HybridIndex:
 
     Args:
         dense: exact inner-product FAISS index of the dense parts, or ``None`` (sparse only).
-        sparse: CSC matrix ``(n, V)`` of the sparse parts, or ``None`` (dense only).
+        sparse: the sparse parts, or ``None`` (dense only).
         documents: ``{"id", "title", "text"}`` per row.
-        candidates: how many candidates each part proposes before the exact re-scoring of their union.
+        candidates: how many candidates each part proposes before the exact re-scoring of their union
+            (at least ``k`` of a search).
+        query_terms: a query's heaviest sparse entries whose posting lists propose the sparse candidates.
     """
 
-    def __init__(self, dense: faiss.IndexFlatIP | None, sparse: csc_matrix | None, documents: list[dict[str, str]], *,
+    def __init__(self, dense: faiss.IndexFlatIP | None, sparse: SparseIndex | None, documents: list[dict[str, str]], *,
                  encoder: HybridEncoder | None = None, encoder_info: dict[str, Any] | None = None,
-                 candidates: int = 100) -> None:
+                 candidates: int = 32, query_terms: int = 16) -> None:
         assert dense is not None or sparse is not None, "at least one part"
         assert dense is None or dense.ntotal == len(documents), "one dense vector per document"
-        assert sparse is None or sparse.shape[0] == len(documents), "one sparse row per document"
-        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
-            raise ValueError(f"candidates={candidates!r} must be a positive int, e.g. 100")
+        assert sparse is None or len(sparse) == len(documents), "one sparse row per document"
+        for name, value in (("candidates", candidates), ("query_terms", query_terms)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive int, e.g. {32 if name == 'candidates' else 16}")
         self.dense, self.sparse, self.documents = dense, sparse, documents
-        self.encoder, self.encoder_info, self.candidates = encoder, encoder_info, candidates
+        self.encoder, self.encoder_info = encoder, encoder_info
+        self.candidates, self.query_terms = candidates, query_terms
 
     @classmethod
     def build(cls, source: Any, encoder: HybridEncoder | None = None, *, vectors: HybridVectors | None = None,
-              vocab_size: int | None = None, candidates: int = 100, text_field: str = "text",
+              vocab_size: int | None = None, candidates: int = 32, query_terms: int = 16, posting_terms: int = 32,
+              text_field: str = "text",
               title_field: str = "title", id_field: str = "id", split: TextSplit = "auto", batch_size: int = 32,
               show_progress_bar: bool | None = None) -> HybridIndex:
-        """Load documents from ``source`` (see ``load_documents``), encode them (or take ``vectors``) and index them."""
+        """Load documents from ``source`` (see ``load_documents``), encode them (or take ``vectors``) and index them.
+
+        ``posting_terms``: each document's heaviest sparse entries that go into the posting lists (see
+        :class:`SparseIndex`); ``candidates`` and ``query_terms`` as in the class.
+        """
         documents = load_documents(source, text_field=text_field, title_field=title_field, id_field=id_field,
                                    split=split)
         if not documents:
@@ -69,9 +77,10 @@ class HybridIndex:
         if len(vectors) != len(documents):
             raise ValueError(f"got {len(vectors)} vectors for {len(documents)} documents; pass one per document")
         vocab_size = encoder.vocab_size if encoder is not None else vocab_size
-        dense, sparse = _build_parts(vectors, vocab_size)
+        dense, sparse = _build_parts(vectors, vocab_size, posting_terms)
         info = encoder_record(encoder) if encoder is not None else None
-        return cls(dense, sparse, documents, encoder=encoder, encoder_info=info, candidates=candidates)
+        return cls(dense, sparse, documents, encoder=encoder, encoder_info=info, candidates=candidates,
+                   query_terms=query_terms)
 
     def __len__(self) -> int:
         return len(self.documents)
@@ -87,13 +96,18 @@ class HybridIndex:
 
     @property
     def vocab_size(self) -> int | None:
-        return int(self.sparse.shape[1]) if self.sparse is not None else None
+        return self.sparse.vocab_size if self.sparse is not None else None
 
     def nbytes(self) -> dict[str, int]:
-        """Bytes held in memory: the dense vectors and the sparse postings (values, ids, offsets)."""
+        """Bytes held in memory: the dense vectors and the sparse part (forward store and posting lists)."""
         dense = self.dense.ntotal * self.dense.d * 4 if self.dense is not None else 0
-        sparse = 0 if self.sparse is None else self.sparse.data.nbytes + self.sparse.indices.nbytes + self.sparse.indptr.nbytes
+        sparse = 0 if self.sparse is None else self.sparse.nbytes()
         return {"dense": dense, "sparse": sparse, "total": dense + sparse}
+
+    def exhaustive(self) -> HybridIndex:
+        """The same index with every document a candidate of both parts: exact scores, no pruning (slow; a reference)."""
+        return HybridIndex(self.dense, self.sparse, self.documents, encoder=self.encoder, encoder_info=self.encoder_info,
+                           candidates=len(self), query_terms=self.vocab_size or 1)
 
     def embed_queries(self, queries: list[str] | HybridVectors, batch_size: int = 32) -> HybridVectors:
         """Query vectors: encoded when ``queries`` are str, checked against the index when they are vectors."""
@@ -122,14 +136,20 @@ class HybridIndex:
         pools = []
         if self.dense is not None:
             pools.append(self.dense.search(np.ascontiguousarray(query.dense, dtype=np.float32), width)[1])
-        sparse_scores = self._sparse_scores(query)
-        if sparse_scores is not None:
-            pools.append(np.argpartition(-sparse_scores, width - 1, axis=1)[:, :width])
+        has_sparse = self.sparse is not None and query.ids.shape[1] > 0
+        if has_sparse:
+            pools.append(self.sparse.candidates(query.ids, query.values, width, self.query_terms))
         candidates = np.sort(np.concatenate(pools, axis=1), axis=1)
         repeated = np.zeros_like(candidates, dtype=bool)
         repeated[:, 1:] = candidates[:, 1:] == candidates[:, :-1]
-        candidates = np.where(candidates < 0, 0, candidates)
-        scores = self._exact_scores(query, candidates, sparse_scores)
+        candidates = np.ascontiguousarray(np.where(candidates < 0, 0, candidates), dtype=np.int64)
+        scores = np.zeros(candidates.shape, dtype=np.float32)
+        if self.dense is not None:
+            dense = np.ascontiguousarray(query.dense, dtype=np.float32)
+            self.dense.compute_distance_subset(len(dense), faiss.swig_ptr(dense), candidates.shape[1],
+                                               faiss.swig_ptr(scores), faiss.swig_ptr(candidates))
+        if has_sparse:
+            scores += self.sparse.scores(query.ids, query.values, candidates)
         scores[repeated] = -np.inf
         top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         ids, best = np.take_along_axis(candidates, top, 1), np.take_along_axis(scores, top, 1)
@@ -145,27 +165,10 @@ class HybridIndex:
         return [[{**self.documents[i], "score": float(s)} for s, i in zip(row_scores, row_ids) if i >= 0]
                 for row_scores, row_ids in zip(scores, ids)]
 
-    def _sparse_scores(self, query: HybridVectors) -> np.ndarray | None:
-        """``(q, n)`` exact sparse dots: the query rows times the posting lists of their ids."""
-        if self.sparse is None or not query.ids.shape[1]:
-            return None
-        rows = query.sparse_matrix(self.vocab_size)
-        return np.asarray((rows @ self.sparse.T).todense(), dtype=np.float32)
-
-    def _exact_scores(self, query: HybridVectors, candidates: np.ndarray, sparse: np.ndarray | None) -> np.ndarray:
-        """``(q, c)`` hybrid scores of each query's candidates."""
-        scores = np.zeros(candidates.shape, dtype=np.float32)
-        if self.dense is not None:
-            stored = faiss.rev_swig_ptr(self.dense.get_xb(), self.dense.ntotal * self.dense.d)
-            matrix = np.asarray(stored).reshape(self.dense.ntotal, self.dense.d)
-            scores += np.einsum("qd,qcd->qc", query.dense, matrix[candidates])
-        if sparse is not None:
-            scores += np.take_along_axis(sparse, candidates, 1)
-        return scores
-
     def save(self, directory: str | Path) -> Path:
         """Write the dense FAISS index, the sparse postings and ``metadata.json`` atomically, with hashes."""
-        metadata = {"num_documents": len(self), "candidates": self.candidates, "encoder": self.encoder_info,
+        metadata = {"num_documents": len(self), "candidates": self.candidates, "query_terms": self.query_terms,
+                    "encoder": self.encoder_info,
                     "documents": {"ids": [d["id"] for d in self.documents], "titles": [d["title"] for d in self.documents],
                                   "texts": [d["text"] for d in self.documents]}}
         return write_hybrid_dir(Path(directory), self.dense, self.sparse, metadata)
@@ -177,10 +180,11 @@ class HybridIndex:
         docs = metadata["documents"]
         documents = [{"id": i, "title": t, "text": x} for i, t, x in zip(docs["ids"], docs["titles"], docs["texts"])]
         return cls(dense, sparse, documents, encoder=encoder, encoder_info=metadata["encoder"],
-                   candidates=metadata["candidates"])
+                   candidates=metadata["candidates"], query_terms=metadata["query_terms"])
 
 
-def _build_parts(vectors: HybridVectors, vocab_size: int | None) -> tuple[faiss.IndexFlatIP | None, csc_matrix | None]:
+def _build_parts(vectors: HybridVectors, vocab_size: int | None,
+                 posting_terms: int) -> tuple[faiss.IndexFlatIP | None, SparseIndex | None]:
     dense = None
     if vectors.dense.shape[1]:
         dense = faiss.IndexFlatIP(vectors.dense.shape[1])
@@ -189,10 +193,5 @@ def _build_parts(vectors: HybridVectors, vocab_size: int | None) -> tuple[faiss.
     if vectors.ids.shape[1]:
         if vocab_size is None:
             raise ValueError("vectors have a sparse part but vocab_size is None; pass vocab_size= (the tokenizer's size)")
-        if not np.isfinite(vectors.values).all():
-            raise ValueError("sparse values contain NaN or infinite values")
-        if vectors.ids.min() < 0 or vectors.ids.max() >= vocab_size:
-            raise ValueError(f"sparse ids must lie in [0, vocab_size={vocab_size}); got {vectors.ids.min()}..{vectors.ids.max()}")
-        sparse = csc_matrix(vectors.sparse_matrix(vocab_size), dtype=np.float32)
+        sparse = SparseIndex(vectors.ids, vectors.values, vocab_size, posting_terms)
     return dense, sparse
-

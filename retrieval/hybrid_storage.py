@@ -18,11 +18,11 @@ import faiss
 import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
-from scipy.sparse import csc_matrix
 
 from dynvocab.atomic import atomic_directory, file_sha256, recover
 from encoders.hybrid import REPRESENTATIONS, HybridVectors, hybrid_scores
 
+from .sparse_index import SparseIndex
 from .storage import METADATA_FILE, PROBE_MIN_COSINE, PROBE_TEXT
 
 __all__ = ["DENSE_FILE", "FORMAT", "SPARSE_FILE", "encoder_record", "read_hybrid_dir", "saved_representation",
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 DENSE_FILE = "dense.faiss"
 SPARSE_FILE = "sparse.safetensors"
 FORMAT = "dynvocab.HybridIndex"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 FIX = "rebuild the index and save it again (or restore the folder from a backup)"
 
 
@@ -46,7 +46,7 @@ def encoder_record(encoder: Any) -> dict[str, Any]:
                       "values": [round(float(x), 6) for x in probe.values[0]]}}
 
 
-def write_hybrid_dir(target: Path, dense: faiss.Index | None, sparse: csc_matrix | None, metadata: dict[str, Any]) -> Path:
+def write_hybrid_dir(target: Path, dense: faiss.Index | None, sparse: SparseIndex | None, metadata: dict[str, Any]) -> Path:
     """Write into a temporary sibling folder, then swap it in: a failed save leaves ``target`` as it was."""
     if target.exists() and not target.is_dir():
         raise ValueError(f"cannot save an index to {str(target)!r}: it is a file; pass a folder path")
@@ -59,9 +59,8 @@ def write_hybrid_dir(target: Path, dense: faiss.Index | None, sparse: csc_matrix
             faiss.write_index(dense, os.fspath(staging / DENSE_FILE))
             files[DENSE_FILE] = {"dimension": int(dense.d)}
         if sparse is not None:
-            save_file({"data": sparse.data, "indices": sparse.indices, "indptr": sparse.indptr},
-                      staging / SPARSE_FILE, metadata={"shape": json.dumps(list(sparse.shape))})
-            files[SPARSE_FILE] = {"vocab_size": int(sparse.shape[1])}
+            save_file({"ids": sparse.ids, "values": sparse.values}, staging / SPARSE_FILE)
+            files[SPARSE_FILE] = {"vocab_size": sparse.vocab_size, "posting_terms": sparse.posting_terms}
         for name, record in files.items():
             record.update(bytes=(staging / name).stat().st_size, sha256=file_sha256(staging / name))
         record = {"format": FORMAT, "format_version": FORMAT_VERSION, "faiss_version": faiss.__version__,
@@ -71,7 +70,7 @@ def write_hybrid_dir(target: Path, dense: faiss.Index | None, sparse: csc_matrix
     return target
 
 
-def read_hybrid_dir(directory: Path, encoder: Any = None) -> tuple[faiss.Index | None, csc_matrix | None, dict[str, Any]]:
+def read_hybrid_dir(directory: Path, encoder: Any = None) -> tuple[faiss.Index | None, SparseIndex | None, dict[str, Any]]:
     """Read and check a folder written by :func:`write_hybrid_dir`: ``(dense, sparse, metadata)``."""
     recover(directory)
     metadata = _read_metadata(directory)
@@ -88,7 +87,7 @@ def read_hybrid_dir(directory: Path, encoder: Any = None) -> tuple[faiss.Index |
             raise ValueError(f"{directory / DENSE_FILE} holds {dense.ntotal} vectors of dimension {dense.d}, but "
                              f"{METADATA_FILE} lists {n} of dimension {files[DENSE_FILE]['dimension']}; {FIX}")
     if SPARSE_FILE in files:
-        sparse = _read_sparse(directory / SPARSE_FILE, n, files[SPARSE_FILE]["vocab_size"])
+        sparse = _read_sparse(directory / SPARSE_FILE, n, files[SPARSE_FILE])
     _check_encoder(metadata, encoder, directory)
     return dense, sparse, metadata
 
@@ -118,6 +117,10 @@ def _read_metadata(directory: Path) -> dict[str, Any]:
     if metadata.get("format_version", 0) > FORMAT_VERSION:
         raise ValueError(f"{path} has format version {metadata['format_version']}, newer than this library reads "
                          f"({FORMAT_VERSION}); upgrade dynvocab")
+    if metadata.get("format_version", 0) < FORMAT_VERSION:
+        raise ValueError(f"{path} has format version {metadata.get('format_version')}, whose sparse part (a scipy CSC "
+                         f"matrix) this library no longer reads; rebuild the index from its documents with this version "
+                         "(`dynvocab index ... --encoder PATH`); the old folder is left as it is")
     return metadata
 
 
@@ -130,17 +133,17 @@ def _check_file(path: Path, record: dict[str, Any]) -> None:
         raise ValueError(f"{path} is corrupted: its sha256 does not match {METADATA_FILE}; {FIX}")
 
 
-def _read_sparse(path: Path, n: int, vocab_size: int) -> csc_matrix:
+def _read_sparse(path: Path, n: int, record: dict[str, Any]) -> SparseIndex:
     try:
         arrays = load_file(path)
     except (SafetensorError, OSError) as error:
         raise ValueError(f"cannot read {path} ({error}); {FIX}") from error
-    if not np.isfinite(arrays["data"]).all():
-        raise ValueError(f"{path} holds NaN or infinite weights; {FIX}")
+    if set(arrays) != {"ids", "values"} or arrays["ids"].shape != arrays["values"].shape or len(arrays["ids"]) != n:
+        raise ValueError(f"{path} does not hold the ({n}, k) ids and values of a sparse part; {FIX}")
     try:
-        return csc_matrix((arrays["data"], arrays["indices"], arrays["indptr"]), shape=(n, vocab_size))
+        return SparseIndex(arrays["ids"], arrays["values"], record["vocab_size"], record["posting_terms"])
     except ValueError as error:
-        raise ValueError(f"{path} does not hold a ({n}, {vocab_size}) sparse matrix ({error}); {FIX}") from error
+        raise ValueError(f"{path}: {error}; {FIX}") from error
 
 
 def _check_encoder(metadata: dict[str, Any], encoder: Any, directory: Path) -> None:

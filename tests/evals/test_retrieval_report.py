@@ -12,8 +12,11 @@ def _record(both: list[float], minilm: list[float]) -> dict:
                             ("DupMAE+FT ot", b - 0.1)):
             systems[f"{name}, seed {seed}"] = {FANOUT: {"mrr@10": value}}
     systems["MiniLM as shipped"] = {FANOUT: {"mrr@10": 0.1}}
-    bench = [{"index": "hybrid CLS:384/OT:384", "latency_vs_dense384": 2.5},
-             {"index": "hybrid CLS:384/OT:260", "latency_vs_dense384": 1.5, "bytes_vs_dense768": 1.18}]
+    systems["DupMAE+FT both, seed 0"].update({"index_bytes": 7, f"{FANOUT} ms/query": 0.25,
+                                             f"{FANOUT} default index mrr@10": 0.5, f"{FANOUT} top-10 vs exhaustive": 0.975})
+    pruning = {"candidates": 32, "query_terms": 16, "posting_terms": 32}
+    bench = [{"index": "hybrid CLS:384/OT:384", "latency_vs_dense384": 2.5, **pruning},
+             {"index": "hybrid CLS:384/OT:260", "latency_vs_dense384": 1.5, "bytes_vs_dense768": 1.18, **pruning}]
     return {"systems": systems, "benchmark": bench, "config": {"benchmark_documents": 10},
             "pretraining": {"sequences_per_s": 1.5, "steps": 3}, "versions": {"torch_threads": "2"}}
 
@@ -38,4 +41,7 @@ def test_one_seed_is_flagged_and_a_clear_gap_is_met(tmp_path):
         {**row, "bytes": 1, "ms_per_query": 1.0, "bytes_vs_dense768": row.get("bytes_vs_dense768", 1.0)}
         for row in record["benchmark"]], "pretraining": {**record["pretraining"], "seconds": 2.0, "first_losses": {},
                                                        "final_losses": {}}}, tmp_path / "report.md")
-    assert "cores may be shared" in report.read_text()
+    text = report.read_text()
+    assert "cores may be shared" in text
+    assert f"| DupMAE+FT both, seed 0 | 7 | {FANOUT}: 0.25 | {FANOUT}: 0.5000 | {FANOUT}: 97.5% |" in text
+    assert "each document's 32 heaviest entries, walked for the query's 16" in text

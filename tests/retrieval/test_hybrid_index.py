@@ -35,13 +35,13 @@ def test_top_k_sparse_keeps_the_largest_entries():
 
 
 @pytest.mark.parametrize("dense, sparse", [(True, True), (True, False), (False, True)])
-def test_search_with_all_candidates_equals_brute_force(collection, dense, sparse):
+def test_exhaustive_search_equals_brute_force(collection, dense, sparse):
     docs, queries = collection
     keep = lambda v: HybridVectors(v.dense if dense else v.dense[:, :0], v.ids if sparse else v.ids[:, :0],
                                    v.values if sparse else v.values[:, :0])
     docs, queries = keep(docs), keep(queries)
-    index = HybridIndex.build([f"d{i}" for i in range(len(docs))], vectors=docs, vocab_size=VOCAB, candidates=len(docs))
-    scores, ids = index.search(queries, 10)
+    index = HybridIndex.build([f"d{i}" for i in range(len(docs))], vectors=docs, vocab_size=VOCAB, posting_terms=1)
+    scores, ids = index.exhaustive().search(queries, 10)
     reference = hybrid_scores(queries, docs)
     expected = np.argsort(-reference, axis=1, kind="stable")[:, :10]
     np.testing.assert_allclose(scores, np.take_along_axis(reference, expected, 1), rtol=1e-4, atol=1e-4)
@@ -67,7 +67,7 @@ def test_k_larger_than_collection_pads_with_minus_one(collection):
 
 def test_encoder_search_and_round_trip(tiny_encoder, tmp_path):
     texts = ["the cat sat on the mat", "the dog ran", "eiffel tower is in paris", "river bank money", "water and cats"]
-    index = HybridIndex.build(texts, tiny_encoder, candidates=3)
+    index = HybridIndex.build(texts, tiny_encoder, candidates=3, query_terms=5, posting_terms=7)
     before = index.search(["cat on the mat", "paris"], 3)
     folder = index.save(tmp_path / "index")
     assert sorted(p.name for p in folder.iterdir()) == ["dense.faiss", "dynvocab_manifest.json", "metadata.json", "sparse.safetensors"]
@@ -76,6 +76,8 @@ def test_encoder_search_and_round_trip(tiny_encoder, tmp_path):
     np.testing.assert_array_equal(before[1], after[1])
     np.testing.assert_allclose(before[0], after[0], rtol=1e-6)
     assert again.documents == index.documents
+    assert (again.candidates, again.query_terms, again.sparse.posting_terms) == (3, 5, 7)
+    assert again.nbytes() == index.nbytes()
     assert [d["id"] for d in again.search_documents(["paris"], 3)[0]] == [index.documents[i]["id"] for i in after[1][1]]
 
 
@@ -88,6 +90,10 @@ def test_load_rejects_corruption_and_other_representation(tiny_encoder, tmp_path
     data[-1] ^= 0xFF
     sparse.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="sparse.safetensors is corrupted"):
+        HybridIndex.load(folder)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    (folder / "metadata.json").write_text(json.dumps({**metadata, "format_version": 1}))
+    with pytest.raises(ValueError, match="format version 1, whose sparse part .* rebuild the index"):
         HybridIndex.load(folder)
     (folder / "metadata.json").write_text(json.dumps({"format": "something else"}))
     with pytest.raises(ValueError, match="not written by HybridIndex.save"):
