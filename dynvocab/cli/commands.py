@@ -50,7 +50,8 @@ def cmd_index(args: argparse.Namespace) -> None:
         raise FileNotFoundError(f"--data {source!r} does not exist; pass a JSONL or text file, a folder, or 'wikipedia'")
     if is_hybrid_encoder(args.encoder):
         hybrid = HybridIndex.build(source, HybridEncoder.from_pretrained(args.encoder, representation=args.representation),
-                                   text_field=args.text_field, show_progress_bar=True)
+                                   candidates=args.candidates, query_terms=args.query_terms,
+                                   posting_terms=args.posting_terms, text_field=args.text_field, show_progress_bar=True)
         hybrid.save(args.output)
         print(f"indexed {len(hybrid)} documents (hybrid {hybrid.encoder_info['label']}) into {args.output}")
         return
@@ -228,6 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "a finetune-encoder --encoder hybrid output builds a hybrid (dense + sparse) index")
     index.add_argument("--representation", default="both", choices=["cls", "ot", "both", "both-260"],
                        help="hybrid encoders only: CLS only, OT only, CLS:384/OT:384 or CLS:384/OT:260")
+    index.add_argument("--candidates", type=int, default=32,
+                       help="hybrid only: candidates each part proposes before their union is scored exactly")
+    index.add_argument("--query-terms", type=int, default=16,
+                       help="hybrid only: a query's heaviest sparse ids whose posting lists are walked")
+    index.add_argument("--posting-terms", type=int, default=32,
+                       help="hybrid only: each document's heaviest sparse entries kept in the posting lists "
+                            "(raise both for an OT-only index)")
     index.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"])
     index.add_argument("--text-field", default="text")
     index.set_defaults(func=cmd_index)
