@@ -9,10 +9,10 @@ Two structures, one per job:
   int32, weights float16). :meth:`SparseIndex.candidates` walks only the lists of the query's
   ``query_terms`` heaviest ids, so its cost does not grow with the long lists of frequent word pieces.
 
-This is static pruning on the document side and query-term pruning on the query side, the common ways
-an inverted index keeps latency down; the candidates are approximate, the scores of the ones kept are exact. At CLS:384/OT:260 the forward store costs
-``260 * 6`` bytes per document and 32 postings ``32 * 6``, so with the 384-dim dense part the whole index is
-within 10% of a 768-dim dense one, the paper's memory parity.
+This is static pruning on the document side and query-term pruning on the query side, the common ways an
+inverted index keeps latency down; the candidates are approximate, the scores of the ones kept are exact.
+At CLS:384/OT:260 the forward store costs ``260 * 6`` bytes per document and 32 postings ``32 * 6``, so with
+the 384-dim dense part the whole index is within 10% of a 768-dim dense one, the paper's memory parity.
 """
 
 from __future__ import annotations
