@@ -160,11 +160,12 @@ def _hybrid(encoder: HybridEncoder, documents: list[dict], sets: dict[str, list[
         row = {"index_bytes": index.nbytes()["total"]}
         for name, queries in sets.items():
             query = _truncate(encoded[name], representation)
-            row[name] = _score(exact.search(query, 100)[1], documents, queries)
+            exact_ids = exact.search(query, 100)[1]
+            row[name] = _score(exact_ids, documents, queries)
             row[f"{name} ms/query"] = time_search(index.search, query, k=10)
             if index.sparse is not None:
                 row[f"{name} default index mrr@10"] = _score(index.search(query, 100)[1], documents, queries)["mrr@10"]
-                row[f"{name} top-10 vs exhaustive"] = exact_agreement(index, query)
+                row[f"{name} top-10 vs exhaustive"] = exact_agreement(index.search(query, 10)[1], exact_ids)
         out[representation] = row
     return out
 

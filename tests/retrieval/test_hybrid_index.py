@@ -98,3 +98,10 @@ def test_load_rejects_corruption_and_other_representation(tiny_encoder, tmp_path
     (folder / "metadata.json").write_text(json.dumps({"format": "something else"}))
     with pytest.raises(ValueError, match="not written by HybridIndex.save"):
         HybridIndex.load(folder)
+
+
+def test_exact_agreement_is_the_shared_share_of_the_top_k():
+    from evals.hybrid_bench import exact_agreement
+
+    found, exact = np.array([[1, 2, 3, 7], [4, 5, 6, 7]]), np.array([[3, 1, 9, 2], [4, 5, 6, 8]])
+    assert exact_agreement(found, exact, k=3) == pytest.approx((2 / 3 + 1) / 2)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from encoders.hybrid import HybridVectors, hybrid_scores
 from evals.hybrid_bench import synthetic_vectors
 from retrieval.sparse_index import SparseIndex
 
@@ -10,12 +11,8 @@ VOCAB = 50
 
 
 def _brute_force(query_ids, query_values, doc_ids, doc_values):
-    scores = np.zeros((len(query_ids), len(doc_ids)))
-    for q, (qi, qv) in enumerate(zip(query_ids, query_values)):
-        weights = dict(zip(qi.tolist(), qv.tolist()))
-        for d, (di, dv) in enumerate(zip(doc_ids, doc_values)):
-            scores[q, d] = sum(weights.get(i, 0.0) * v for i, v in zip(di.tolist(), dv.tolist()))
-    return scores
+    empty = lambda ids: np.zeros((len(ids), 0), dtype=np.float32)
+    return hybrid_scores(HybridVectors(empty(query_ids), query_ids, query_values), HybridVectors(empty(doc_ids), doc_ids, doc_values))
 
 
 def test_scores_of_any_candidates_equal_brute_force():
