@@ -29,7 +29,7 @@ from dynvocab.config import check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
 
 from .latency import STAGES, StageTimer
-from .systems import BASES, OPTIONS, SystemSpec, parse_system
+from .systems import BASES, OPTIONS, TRAINED, SystemSpec, parse_system
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class Generators:
                 "--mwt-checkpoint DIR, or leave mwt out of --systems"
             )
         for spec in map(parse_system, config.system_names):
-            if spec.base == "dynamic" and not self.checkpoint(spec).is_dir():
+            if spec.base in TRAINED and not self.checkpoint(spec).is_dir():
                 raise FileNotFoundError(
                     f"system {spec.name!r}: no phrase-encoder checkpoint at {self.checkpoint(spec)}; pass a folder "
                     "`dynvocab train` wrote (--checkpoint DIR, or :checkpoint=DIR for one system)"
@@ -235,10 +235,11 @@ class Generators:
         chosen = {}
         for name in c.system_names:
             spec = parse_system(name)
-            if spec.base == "dynamic":
+            if spec.base in TRAINED:
                 checkpoint = self.checkpoint(spec)
                 train = checkpoint / "train_config.json"
-                every["dynamic"] = {"checkpoint": _shown(checkpoint), **retrieval, **budget,
+                found = retrieval if spec.base == "dynamic" else {}
+                every[spec.base] = {"checkpoint": _shown(checkpoint), **found, **budget,
                                     "training": _training_summary(json.loads(train.read_text())) if train.exists() else None}
             settings = every[spec.base] | {"what": BASES[spec.base]}
             if spec.base.startswith("dynamic"):

@@ -25,6 +25,8 @@ BASES = {
 
 #: setting -> (type, allowed values or None, which bases take it)
 _DYNAMIC = ("dynamic", "dynamic-untrained")
+#: bases that run a trained checkpoint (a LoRA or fully fine-tuned one brings its own LM)
+TRAINED = ("dynamic", "dynamic-no-phrases")
 _ALL = tuple(BASES)
 OPTIONS = {
     "readback": (str, ("tokens", "vector"), _DYNAMIC),
@@ -36,7 +38,7 @@ OPTIONS = {
     "uses": (int, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
-    "checkpoint": (str, None, ("dynamic",)),
+    "checkpoint": (str, None, TRAINED),
     "no_repeat": (int, None, _ALL),
     "penalty": (float, None, _ALL),
     "docs": (int, None, ("bare-rag", "bare-rag-lookup")),

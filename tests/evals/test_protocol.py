@@ -108,7 +108,11 @@ def test_each_dynamic_system_may_name_its_own_checkpoint(workspace, tiny_lm_dir,
     assert settings[named]["checkpoint"] == str(other) and settings["dynamic"]["checkpoint"] == str(workspace / "encoder-ckpt")
     with pytest.raises(FileNotFoundError, match="no phrase-encoder checkpoint at .*missing"):
         Generators(EvalConfig(systems=f"bare,dynamic:checkpoint={workspace / 'missing'}", **base))
-    with pytest.raises(ValueError, match="checkpoint applies to dynamic only"):
+    no_phrases = f"dynamic-no-phrases:checkpoint={other}"
+    assert Generators(EvalConfig(systems=no_phrases, **base)).settings()[no_phrases]["checkpoint"] == str(other)
+    with pytest.raises(FileNotFoundError, match="no phrase-encoder checkpoint at .*missing"):
+        Generators(EvalConfig(systems=f"dynamic-no-phrases:checkpoint={workspace / 'missing'}", **base))
+    with pytest.raises(ValueError, match="checkpoint applies to dynamic, dynamic-no-phrases only"):
         parse_system("bare:checkpoint=x")
 
 
