@@ -52,7 +52,7 @@ def load_dynamic_lm(name: str, checkpoint: str | Path | None) -> DynamicVocabLM:
     if adapter.is_dir():
         from peft import PeftModel
 
-        lm = PeftModel.from_pretrained(lm, adapter)
+        lm = PeftModel.from_pretrained(lm, adapter).merge_and_unload()  # inference: the adapter folded into the weights
     return DynamicVocabLM.from_pretrained(checkpoint, lm, tokenizer).eval()
 
 

@@ -40,6 +40,10 @@ class TrainConfig(JsonConfig):
     batch_size: int = field(default=8, metadata={"help": "Sequences per step and process."})
     grad_accum: int = field(default=1, metadata={"help": "Gradient accumulation steps."})
     learning_rate: float = field(default=3e-4, metadata={"help": "Peak learning rate of AdamW."})
+    lm_learning_rate: float | None = field(
+        default=None, metadata={"help": "Peak learning rate of what trains in the LM (its LoRA adapter, or all of it with "
+                                        "mode=full), which wants far less than a fresh encoder; default: learning_rate."}
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     warmup_steps: int = field(default=20, metadata={"help": "Linear warm-up steps."})
     max_steps: int = field(default=200, metadata={"help": "Optimizer steps in all."})
@@ -77,6 +81,8 @@ class TrainConfig(JsonConfig):
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.save_total_limit < 0:
             raise ValueError(f"save_total_limit={self.save_total_limit} must be >= 0 (0 keeps every checkpoint)")
+        if self.lm_learning_rate is not None and self.mode == "frozen":
+            raise ValueError("lm_learning_rate is set but mode='frozen' trains nothing in the LM; drop it or pick mode lora or full")
         if not 0.0 < self.held_out < 1.0:
             raise ValueError(f"held_out={self.held_out} must be a fraction in (0, 1)")
 

@@ -195,8 +195,7 @@ class Trainer:
             max_negatives=config.max_negatives,
             seed=config.seed,
         )
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(self._parameter_groups(), lr=config.learning_rate, weight_decay=config.weight_decay)
         scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.max_steps)
         module = TrainingModule(
             self.model, LossWeights(config.phrase_weight, config.token_weight, config.kl_weight), config.mode != "frozen"
@@ -207,6 +206,15 @@ class Trainer:
         self.module, self.optimizer = self.accelerator.prepare(module, optimizer)
         self.scheduler = scheduler
         self.step = 0
+
+    def _parameter_groups(self) -> list[dict]:
+        """What trains, in one group; or, with ``lm_learning_rate``, the LM's trained weights in a second group at that rate."""
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if self.config.lm_learning_rate is None:
+            return [{"params": trainable}]
+        in_lm = {id(p) for p in self.model.lm.parameters()}
+        return [{"params": [p for p in trainable if id(p) not in in_lm]},
+                {"params": [p for p in trainable if id(p) in in_lm], "lr": self.config.lm_learning_rate}]
 
     # ------------------------------------------------------------------ loop
     def train(self, resume: bool = False) -> dict[str, float]:

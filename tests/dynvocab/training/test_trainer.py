@@ -65,6 +65,18 @@ def test_lora_trains_the_encoder_and_adapters_but_not_the_base_weights(setup):
     assert changed
 
 
+def test_the_lm_learns_at_its_own_rate(setup):
+    trainer = Trainer(config(setup, "lm-rate", mode="lora", max_steps=2, negatives="in-batch", lm_learning_rate=0.0))
+    model = trainer.model
+    adapters_before = {k: v.clone() for k, v in model.lm.named_parameters() if v.requires_grad}
+    encoder_before = {k: v.clone() for k, v in model.phrase_encoder.named_parameters() if v.requires_grad}
+    trainer.train()
+    assert adapters_before and all(torch.equal(v, adapters_before[k]) for k, v in model.lm.named_parameters() if v.requires_grad)
+    assert any(not torch.equal(v, encoder_before[k]) for k, v in model.phrase_encoder.named_parameters() if k in encoder_before)
+    with pytest.raises(ValueError, match="lm_learning_rate is set but mode='frozen'"):
+        TrainConfig(mode="frozen", lm_learning_rate=1e-5)
+
+
 def test_resume_without_a_checkpoint_says_so(setup):
     with pytest.raises(FileNotFoundError, match="drop --resume"):
         Trainer(config(setup, "empty", mode="frozen")).train(resume=True)
@@ -75,3 +87,21 @@ def test_resume_without_a_checkpoint_says_so(setup):
 def test_bad_settings_are_named(field, value, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**{field: value})
+
+
+@pytest.mark.parametrize("mode", ["lora", "full"])
+def test_an_export_loads_back_with_what_the_lm_learned(setup, mode):
+    from dynvocab.loading import load_dynamic_lm
+
+    trainer = Trainer(config(setup, f"export-{mode}", mode=mode, max_steps=2))
+    trainer.train()
+    trained = trainer.model.eval()
+    loaded = load_dynamic_lm(str(setup / "lm"), setup / f"export-{mode}" / "final")
+    bare = load_dynamic_lm(str(setup / "lm"), None)
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
+    with torch.no_grad():
+        expected, got, untouched = (m.lm(input_ids=ids).logits for m in (trained, loaded, bare))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(untouched, expected, atol=1e-3)  # the LM did learn: a load without it would fail above
+    for (name, a), b in zip(trained.phrase_encoder.state_dict().items(), loaded.phrase_encoder.state_dict().values()):
+        torch.testing.assert_close(b, a, msg=name)
