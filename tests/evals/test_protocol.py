@@ -232,3 +232,14 @@ def test_systems_without_phrases_sample_with_no_phrase_guard(workspace):
         kwargs = generators.sampling(parse_system(name))
         assert kwargs["do_sample"] and not [k for k in kwargs if k.startswith("phrase_")]
     assert generators._pipeline_config(parse_system("dynamic")).generation_kwargs()["phrase_first_token_mass"] is True
+
+
+def test_the_phrase_count_plot_leaves_out_systems_with_other_settings(tmp_path):
+    from evals.report import plot_phrase_counts
+
+    row = {"phrase_share": 0.1, "bytes_per_step": 5.0, "diversity": 30.0, "mauve": 95.0}
+    results = {"dynamic": row | {"phrases_per_prompt": 2047}, "dynamic:agree=0": row | {"phrases_per_prompt": 2047},
+               "dynamic-no-phrases:checkpoint=x": row | {"phrases_per_prompt": 0}}
+    assert not plot_phrase_counts(results, tmp_path / "a.png")  # one plain phrase count: nothing to plot
+    results["dynamic@256"] = row | {"phrases_per_prompt": 256}
+    assert plot_phrase_counts(results, tmp_path / "b.png") and (tmp_path / "b.png").stat().st_size > 0
