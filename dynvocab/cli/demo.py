@@ -96,4 +96,10 @@ def summarize(results: list) -> None:
         f"characters per step: dynamic {sum(len(r.text) for r, _ in results) / max(steps, 1):.2f}, "
         f"bare LM {sum(len(b['text']) for _, b in results) / max(bare_steps, 1):.2f}"
     )
-    print("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items()) + f"; bare LM {sum(b['seconds'] for _, b in results):.2f} s")
+    bare_seconds = sum(b["seconds"] for _, b in results)
+    print("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items()) + f"; bare LM {bare_seconds:.2f} s")
+    # both sides decode the same number of steps, so the fair comparison is time per character written
+    dynamic_rate = sum(total.values()) / max(sum(len(r.text) for r, _ in results), 1)
+    bare_rate = bare_seconds / max(sum(len(b["text"]) for _, b in results), 1)
+    print(f"ms per character written: dynamic {1e3 * dynamic_rate:.2f} (everything included), bare LM {1e3 * bare_rate:.2f} "
+          f"({dynamic_rate / bare_rate:.2f}x)")
