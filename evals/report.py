@@ -221,8 +221,7 @@ def plot_phrase_counts(results: dict, path: Path) -> bool:
     """Phrase share, bytes per step, Diversity and MAUVE against phrases per prompt, over the trained
     dynamic systems that differ only in it (``dynamic``, ``dynamic@N``, ``dynamic-no-phrases``, no other
     setting); False when fewer than two phrase counts."""
-    specs = {s: parse_system(s) for s in results}
-    systems = [s for s, spec in specs.items() if spec.base in ("dynamic", "dynamic-no-phrases") and not spec.options]
+    systems = [s for s in results if (spec := parse_system(s)).base in ("dynamic", "dynamic-no-phrases") and not spec.options]
     systems.sort(key=lambda s: results[s]["phrases_per_prompt"])
     if len({results[s]["phrases_per_prompt"] for s in systems}) < 2:
         return False
