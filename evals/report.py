@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import platform
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +17,9 @@ from .mauve import causal_lm_features, gpt2_large_features, mauve_score, minilm_
 from .perplexity import perplexity
 from .systems import parse_system
 from .repetition import diversity
+from .score_cache import ScoreCache, score_key
+
+logger = logging.getLogger(__name__)
 
 
 def featurize(texts: list[str], config, generators):
@@ -38,12 +43,12 @@ def latency_figures(timed: list[dict]) -> dict:
     }
 
 
-def score_system(records: list[dict], timed: list[dict], config, generators, reference_features) -> dict:
-    """Every metric of one system: quality over its generations (in prompt order), latency over ``timed``."""
+def quality_figures(records: list[dict], config, generators, reference_features) -> dict:
+    """Every text metric of one system over its generations (in prompt order)."""
     texts = [r["text"] for r in records]
     steps = [max(r["steps"], 1) for r in records]
     rep = diversity(texts)
-    mauve = mauve_score(reference_features, featurize(texts, config, generators), seeds=range(config.mauve_seeds))
+    mauve = mauve_score(reference_features(), featurize(texts, config, generators), seeds=range(config.mauve_seeds))
     ppl = perplexity(generators.lm, generators.tokenizer, texts, prefixes=[r["prompt"] for r in records])
     packed = compression(texts, steps, base_tokenizer=generators.tokenizer)
     return {
@@ -55,22 +60,37 @@ def score_system(records: list[dict], timed: list[dict], config, generators, ref
         "tokens_per_step": packed.tokens_per_step,
         "phrase_share": sum(r["phrase_steps"] for r in records) / sum(steps),
         "phrases_per_prompt": float(np.mean([r["phrases"] for r in records])),
-        **latency_figures(timed),
         "mauve_settings": {k: v for k, v in asdict(mauve).items() if k not in ("mauve", "mauve_std", "scores")},
     }
 
 
+def scorer_settings(config) -> dict:
+    """What the quality figures depend on besides the texts: the scorer LM, the featurizer and the seeds."""
+    return {"model": config.model, "featurizer": config.mauve_featurizer, "mauve_seeds": config.mauve_seeds}
+
+
 def score_all(records: list[dict], timed: list[dict], config, generators) -> dict:
-    """Figures of every system: ``records`` from the quality pass, ``timed`` from the latency pass."""
+    """Figures of every system: ``records`` from the quality pass, ``timed`` from the latency pass.
+
+    Quality figures already in the output folder's ``ScoreCache`` for the same texts and settings are reused,
+    so a resumed report scores only the systems that are new or changed.
+    """
     ids = [r["id"] for r in records if r["system"] == config.system_names[0]]
     references = {r["id"]: r["reference"] for r in records}
-    reference_features = featurize([references[i] for i in ids], config, generators)
+    cache = ScoreCache(config.output_dir)
+    reference_features = functools.cache(lambda: featurize([references[i] for i in ids], config, generators))
     results = {}
     for system in config.system_names:
         by_id = {r["id"]: r for r in records if r["system"] == system}
-        results[system] = score_system(
-            [by_id[i] for i in ids], [r for r in timed if r["system"] == system], config, generators, reference_features
+        ordered = [by_id[i] for i in ids]
+        items = [[r["prompt"], r["text"], r["reference"], r["steps"], r["phrase_steps"], r["phrases"]] for r in ordered]
+        quality = cache.get_or_compute(
+            score_key("quality", scorer_settings(config), items),
+            lambda: quality_figures(ordered, config, generators, reference_features),
         )
+        results[system] = {**quality, **latency_figures([r for r in timed if r["system"] == system])}
+    if cache.hits:
+        logger.info("reused the quality figures of %d of %d systems from %s", cache.hits, len(results), cache.path)
     return results
 
 
@@ -86,10 +106,15 @@ def degenerate_texts(records: list[dict]) -> list[str]:
 
 def mauve_bounds(records: list[dict], config, generators) -> dict:
     """MAUVE's range on this data, same featurizer and seeds: the ceiling (one half of the references
-    against the other) and the floor (``degenerate_texts`` against the references)."""
+    against the other) and the floor (``degenerate_texts`` against the references). Cached like ``score_all``."""
     first = [r for r in records if r["system"] == config.system_names[0]]
     if len(first) < 4:
         return {}
+    key = score_key("bounds", scorer_settings(config), [[r["prompt"], r["reference"]] for r in first])
+    return ScoreCache(config.output_dir).get_or_compute(key, lambda: _mauve_bounds(first, config, generators))
+
+
+def _mauve_bounds(first: list[dict], config, generators) -> dict:
     seeds = range(config.mauve_seeds)
     half = len(first) // 2
     reference_features = featurize([r["reference"] for r in first], config, generators)
@@ -242,7 +267,8 @@ def plot_phrase_counts(results: dict, path: Path) -> bool:
         ax.set_xlim(0, 2 * max(x))
         ax.set_xlabel("phrases per prompt")
         ax.set_title(label + (" (%)" if scale == 100 else ""), fontsize=9)
-    axes[0].legend(fontsize=7)
+    if "bare" in results:
+        axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -37,7 +37,7 @@ def eval_args(root, **extra):
     return args + [item for pair in extra.items() for item in pair]
 
 
-def test_eval_writes_every_figure_and_resumes(workspace, capsys):
+def test_eval_writes_every_figure_and_resumes(workspace, capsys, monkeypatch):
     main(eval_args(workspace))
     results = json.loads((workspace / "out" / "results.json").read_text())
     assert set(results["results"]) == {"bare", "dynamic", "dynamic-no-phrases", "mwt"}
@@ -57,7 +57,15 @@ def test_eval_writes_every_figure_and_resumes(workspace, capsys):
     assert len(lines) == 48 and len(timed) == 12
     records = [json.loads(line) for line in lines]
     assert {r["batch_size"] for r in records} == {5, 2} and {json.loads(t)["batch_size"] for t in timed} == {1}
-    main(eval_args(workspace))  # resumed: nothing is generated again
+    def no_scoring(*args):
+        raise AssertionError("a resumed report scored unchanged texts again")
+
+    monkeypatch.setattr("evals.report.featurize", no_scoring)
+    main(eval_args(workspace))  # resumed: nothing is generated or scored again
+    resumed = json.loads((workspace / "out" / "results.json").read_text())["results"]
+    for system, figures in results["results"].items():
+        assert {k: v for k, v in resumed[system].items() if "latency" not in k and "_s" not in k} == {
+            k: v for k, v in figures.items() if "latency" not in k and "_s" not in k}
     assert (workspace / "out" / "generations.jsonl").read_text().splitlines() == lines
     assert (workspace / "out" / "latency.jsonl").read_text().splitlines() == timed
     bare = {r["id"]: r for r in records if r["system"] == "bare"}
