@@ -160,6 +160,16 @@ def check_field_types(config) -> None:
             )
 
 
+def check_at_least(config, minimum: int, names: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` naming the first of ``names`` whose value in ``config`` is below ``minimum`` (or NaN)."""
+    for name in names:
+        value = getattr(config, name)
+        if not value >= minimum:
+            default = getattr(type(config), name, None)
+            hint = f"; pass e.g. {name}={default!r}" if default is not None and default >= minimum else ""
+            raise ValueError(f"{type(config).__name__}.{name}={value!r} must be >= {minimum}{hint}")
+
+
 def _declared_annotation(cls: type, spec: dataclasses.Field):
     """The annotation as written in the class body: ``HfArgumentParser`` rewrites ``spec.type`` in place (a
     resolved class, ``int | None`` cut to ``int``) when the CLI builds its parser, the class's own record stays."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dynvocab.config import check_encode_dtype, check_field_types
+from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
 
 from .latency import STAGES, StageTimer
@@ -106,9 +106,7 @@ class EvalConfig:
             raise ValueError(f"decoding={self.decoding!r}; choose 'greedy' or 'nucleus'")
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):
             raise ValueError(f"mauve_featurizer={self.mauve_featurizer!r}; choose 'minilm', 'lm' or 'gpt2-large'")
-        for name in ("num_prompts", "prefix_tokens", "continuation_tokens", "mauve_seeds", "batch_size", "top_k_docs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"EvalConfig.{name}={getattr(self, name)} must be >= 1")
+        check_at_least(self, 1, ("num_prompts", "prefix_tokens", "continuation_tokens", "mauve_seeds", "batch_size", "top_k_docs"))
         if not 0.0 < self.top_p <= 1.0 or self.repetition_penalty <= 0:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1] and repetition_penalty={self.repetition_penalty} > 0")
         if self.latency_prompts < 0:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from dynvocab.config import check_encode_dtype, check_field_types
+from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
@@ -104,12 +104,8 @@ class QAEvalConfig:
         if self.data != "fanoutqa" and any(s.oracle for s in parsed):
             raise ValueError("+oracle systems need evidence pages, which only --data fanoutqa has; drop them for ASQA")
         check_encode_dtype(self.encode_dtype)
-        for name in ("num_questions", "max_phrases", "agreement_top_k", "phrase_max_uses"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"QAEvalConfig.{name}={getattr(self, name)} must be >= 0")
-        for name in ("document_words", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"QAEvalConfig.{name}={getattr(self, name)} must be >= 1")
+        check_at_least(self, 0, ("num_questions", "max_phrases", "agreement_top_k", "phrase_max_uses"))
+        check_at_least(self, 1, ("document_words", "max_new_tokens"))
 
     @property
     def system_names(self) -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dynvocab.config import check_at_least
 from dynvocab.shortlist import chunked_logsumexp
 
 __all__ = ["NarLossWeights", "nar_loss"]
@@ -28,9 +29,7 @@ class NarLossWeights:
     normalisation_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("docid_weight", "normalisation_weight"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"NarLossWeights.{name}={getattr(self, name)} must be >= 0")
+        check_at_least(self, 0, ("docid_weight", "normalisation_weight"))
 
 
 def nar_loss(x0: torch.Tensor, positions: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, end_id: int,

@@ -11,7 +11,7 @@ import torch
 from transformers import StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase, Segment
-from dynvocab.config import check_field_types
+from dynvocab.config import check_at_least, check_field_types
 from dynvocab.generation import generate_continuations
 from dynvocab.model import PHRASE_PROCESSOR_ARGS
 from dynvocab.padding import pad_id
@@ -86,9 +86,7 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        for name in ("top_k", "max_new_tokens", "realtime_every", "min_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PipelineConfig.{name}={getattr(self, name)} must be >= 1")
+        check_at_least(self, 1, ("top_k", "max_new_tokens", "realtime_every", "min_length"))
         if self.max_phrases < 0:
             raise ValueError(f"PipelineConfig.max_phrases={self.max_phrases} must be >= 0 (0: no phrases, the bare LM)")
         if self.min_length > self.max_length:

@@ -21,7 +21,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase
-from dynvocab.config import check_field_types
+from dynvocab.config import check_at_least, check_field_types
 
 from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
 from .phrases import extract_phrases
@@ -73,12 +73,8 @@ class QAConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        for name in ("top_k", "document_words", "max_new_tokens", "min_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"QAConfig.{name}={getattr(self, name)} must be >= 1")
-        for name in ("max_phrases", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "max_sentences"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"QAConfig.{name}={getattr(self, name)} must be >= 0")
+        check_at_least(self, 1, ("top_k", "document_words", "max_new_tokens", "min_length"))
+        check_at_least(self, 0, ("max_phrases", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "max_sentences"))
         if self.phrases not in PHRASE_MODES:
             raise ValueError(f"QAConfig.phrases={self.phrases!r}; choose one of {', '.join(PHRASE_MODES)}")
         if self.chat_template not in ("auto", "never"):

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..config import JsonConfig, check_field_types
+from ..config import JsonConfig, check_at_least, check_field_types
 from ..corpora import WIKIPEDIA_HELD_OUT
 from .negatives import SOURCES
 
@@ -76,9 +76,8 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"negatives={self.negatives!r} has unknown names {unknown}; choose from {list(SOURCES)}")
         if self.mixed_precision not in ("no", "bf16", "auto"):
             raise ValueError(f"mixed_precision={self.mixed_precision!r}; choose 'no', 'bf16' or 'auto'")
-        for name in ("max_length", "batch_size", "grad_accum", "max_steps", "save_every", "log_every", "encoder_layers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        check_at_least(self, 1, ("max_length", "batch_size", "grad_accum", "max_steps", "save_every", "log_every",
+                                 "encoder_layers"))
         if self.save_total_limit < 0:
             raise ValueError(f"save_total_limit={self.save_total_limit} must be >= 0 (0 keeps every checkpoint)")
         if self.lm_learning_rate is not None and self.mode == "frozen":

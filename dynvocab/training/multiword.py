@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
 
 from ..assets import resolve_model
+from ..config import check_at_least
 from ..corpora import WIKIPEDIA_HELD_OUT
 from ..multiword import MultiWordLM, MultiWordVocab
 from ..padding import pad_id, pad_sequences
@@ -49,9 +50,7 @@ class MultiWordTrainConfig:
     seed: int = field(default=0, metadata={"help": "Seed of shuffling (the held-out split does not depend on it)."})
 
     def __post_init__(self) -> None:
-        for name in ("num_ngrams", "min_count", "mine_texts", "max_length", "batch_size", "max_steps", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        check_at_least(self, 1, ("num_ngrams", "min_count", "mine_texts", "max_length", "batch_size", "max_steps", "log_every"))
         if self.max_ngram_tokens < 2:
             raise ValueError(f"max_ngram_tokens={self.max_ngram_tokens} must be >= 2 (an n-gram has 2+ tokens)")
         if not 0.0 < self.held_out < 1.0:

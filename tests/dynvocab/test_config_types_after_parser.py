@@ -21,3 +21,18 @@ def test_optional_fields_still_take_none_after_the_parser():
     assert PipelineConfig(max_chars=None).max_chars is None
     with pytest.raises(TypeError, match="max_chars must be int or None"):
         PipelineConfig(max_chars="64")
+
+
+
+@pytest.mark.parametrize("value", [0, -3])
+def test_a_count_below_its_minimum_names_the_field_and_a_valid_value(value):
+    with pytest.raises(ValueError, match=rf"TrainConfig.max_steps={value} must be >= 1; pass e.g. max_steps=\d+"):
+        TrainConfig(max_steps=value)
+    assert TrainConfig(max_steps=1).max_steps == 1
+
+
+def test_a_nan_weight_is_below_every_minimum():
+    from retrieval.nar_loss import NarLossWeights
+
+    with pytest.raises(ValueError, match="NarLossWeights.docid_weight=nan must be >= 0"):
+        NarLossWeights(docid_weight=float("nan"))
