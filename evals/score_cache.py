@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from dynvocab.jsonl import iter_jsonl
@@ -23,9 +23,16 @@ __all__ = ["ScoreCache", "score_key"]
 FILENAME = "scores.jsonl"
 
 
+def _library_version() -> str:
+    try:
+        return version("dynvocab")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "source"
+
+
 def score_key(kind: str, settings: dict, items: list) -> str:
     """sha256 of what a figure depends on: its ``kind``, the scorer ``settings`` and the scored ``items``."""
-    payload = {"kind": kind, "settings": settings, "version": version("dynvocab"), "items": items}
+    payload = {"kind": kind, "settings": settings, "version": _library_version(), "items": items}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
