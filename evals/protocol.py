@@ -380,25 +380,38 @@ def _multiword_summary(directory: Path) -> dict:
             "final_loss": (saved.get("train_log") or [{}])[-1].get("loss")}
 
 
+def _batches(todo: list[tuple[str, dict]], batch_size: int) -> list[tuple[str, list[dict]]]:
+    """``(system, prompts)`` batches: system by system for the quality pass; one prompt at a time and every system
+    in turn on it for the latency pass (``batch_size`` 1), so a machine that speeds up or slows down during the
+    run shifts every system's timings alike instead of the ones that happened to run then."""
+    if batch_size == 1:
+        first_seen: dict[str, int] = {}
+        for _, prompt in todo:
+            first_seen.setdefault(prompt["id"], len(first_seen))
+        return [(s, [p]) for s, p in sorted(todo, key=lambda pair: first_seen[pair[1]["id"]])]  # stable: systems in order
+    batches = []
+    for system in dict.fromkeys(s for s, _ in todo):
+        items = [item for s, item in todo if s == system]
+        batches += [(system, items[start : start + batch_size]) for start in range(0, len(items), batch_size)]
+    return batches
+
+
 def _generate_into(path: Path, todo: list[tuple[str, dict]], generators: Generators, batch_size: int, desc: str) -> list[dict]:
-    """Generate ``todo`` (system, prompt) pairs in batches of one system, appending each batch's records to ``path``."""
-    if not todo:
-        return []
+    """Generate ``todo`` (system, prompt) pairs in ``_batches``, appending each batch's records to ``path``."""
     records = []
+    if not todo:
+        return records
     with open(path, "a", encoding="utf-8") as f, tqdm(total=len(todo), desc=desc) as bar:
-        for system in dict.fromkeys(s for s, _ in todo):
-            items = [item for s, item in todo if s == system]
-            for start in range(0, len(items), batch_size):
-                batch = items[start : start + batch_size]
-                finished = [
-                    {"system": system, "id": item["id"], "prompt": item["prompt"], "reference": item["reference"],
-                     "batch_size": len(batch), **result}
-                    for item, result in zip(batch, generators(system, batch))
-                ]
-                f.write("".join(json.dumps(record) + "\n" for record in finished))  # one write: a kill loses whole batches
-                f.flush()
-                records.extend(finished)
-                bar.update(len(batch))
+        for system, batch in _batches(todo, batch_size):
+            finished = [
+                {"system": system, "id": item["id"], "prompt": item["prompt"], "reference": item["reference"],
+                 "batch_size": len(batch), **result}
+                for item, result in zip(batch, generators(system, batch))
+            ]
+            f.write("".join(json.dumps(record) + "\n" for record in finished))  # one write: a kill loses whole batches
+            f.flush()
+            records.extend(finished)
+            bar.update(len(batch))
     return records
 
 

@@ -57,6 +57,9 @@ def test_eval_writes_every_figure_and_resumes(workspace, capsys, monkeypatch):
     assert len(lines) == 48 and len(timed) == 12
     records = [json.loads(line) for line in lines]
     assert {r["batch_size"] for r in records} == {5, 2} and {json.loads(t)["batch_size"] for t in timed} == {1}
+    timed_order = [(json.loads(t)["id"], json.loads(t)["system"]) for t in timed]  # each prompt timed on every system in turn
+    assert [system for _, system in timed_order[:4]] == list(results["results"]) and len({i for i, _ in timed_order[:4]}) == 1
+
     def no_scoring(*args):
         raise AssertionError("a resumed report scored unchanged texts again")
 
