@@ -5,7 +5,8 @@ CPU, and a report resumed to add one system used to score every system again. Ea
 entry of ``scores.jsonl`` holds the figures computed from one exact input: the texts,
 prompts, references and step counts scored, the scorer LM, the featurizer, the MAUVE
 seeds and the library's version, hashed together. Any change to one of them is a new
-key, so a stale figure is never reused; delete the file to force a rescore.
+key; a change to the metrics' own code within one version is not, so delete the file
+after one to force a rescore.
 """
 
 from __future__ import annotations
