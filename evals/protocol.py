@@ -398,9 +398,9 @@ def _batches(todo: list[tuple[str, dict]], batch_size: int) -> list[tuple[str, l
 
 def _generate_into(path: Path, todo: list[tuple[str, dict]], generators: Generators, batch_size: int, desc: str) -> list[dict]:
     """Generate ``todo`` (system, prompt) pairs in ``_batches``, appending each batch's records to ``path``."""
-    records = []
     if not todo:
-        return records
+        return []
+    records = []
     with open(path, "a", encoding="utf-8") as f, tqdm(total=len(todo), desc=desc) as bar:
         for system, batch in _batches(todo, batch_size):
             finished = [

@@ -89,17 +89,17 @@ def summarize(results: list) -> None:
     steps = sum(r.steps for r, _ in results)
     phrase_steps = sum(r.phrase_steps for r, _ in results)
     bare_steps = sum(b["steps"] for _, b in results)
+    chars, bare_chars = sum(len(r.text) for r, _ in results), sum(len(b["text"]) for _, b in results)
     total = {k: sum(r.latency[k] for r, _ in results) for k in results[0][0].latency}
     print(f"=== summary over {len(results)} prompts")
     print(f"phrase steps: {phrase_steps}/{steps} ({100 * phrase_steps / max(steps, 1):.1f}%)")
     print(
-        f"characters per step: dynamic {sum(len(r.text) for r, _ in results) / max(steps, 1):.2f}, "
-        f"bare LM {sum(len(b['text']) for _, b in results) / max(bare_steps, 1):.2f}"
+        f"characters per step: dynamic {chars / max(steps, 1):.2f}, bare LM {bare_chars / max(bare_steps, 1):.2f}"
     )
     bare_seconds = sum(b["seconds"] for _, b in results)
     print("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items()) + f"; bare LM {bare_seconds:.2f} s")
     # both sides decode the same number of steps, so the fair comparison is time per character written
-    dynamic_rate = sum(total.values()) / max(sum(len(r.text) for r, _ in results), 1)
-    bare_rate = bare_seconds / max(sum(len(b["text"]) for _, b in results), 1)
+    dynamic_rate = sum(total.values()) / max(chars, 1)
+    bare_rate = bare_seconds / max(bare_chars, 1)
     print(f"ms per character written: dynamic {1e3 * dynamic_rate:.2f} (everything included), bare LM {1e3 * bare_rate:.2f} "
           f"({dynamic_rate / bare_rate:.2f}x)")

@@ -23,7 +23,6 @@ def test_optional_fields_still_take_none_after_the_parser():
         PipelineConfig(max_chars="64")
 
 
-
 @pytest.mark.parametrize("value", [0, -3])
 def test_a_count_below_its_minimum_names_the_field_and_a_valid_value(value):
     with pytest.raises(ValueError, match=rf"TrainConfig.max_steps={value} must be >= 1; pass e.g. max_steps=\d+"):

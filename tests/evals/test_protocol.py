@@ -66,9 +66,11 @@ def test_eval_writes_every_figure_and_resumes(workspace, capsys, monkeypatch):
     monkeypatch.setattr("evals.report.featurize", no_scoring)
     main(eval_args(workspace))  # resumed: nothing is generated or scored again
     resumed = json.loads((workspace / "out" / "results.json").read_text())["results"]
+    timing = {"latency_prompts", "latency_median_s", "latency_iqr_s", "decode_median_s", "stage_means_s"}
     for system, figures in results["results"].items():
-        assert {k: v for k, v in resumed[system].items() if "latency" not in k and "_s" not in k} == {
-            k: v for k, v in figures.items() if "latency" not in k and "_s" not in k}
+        quality = {k: v for k, v in figures.items() if k not in timing}
+        assert {"mauve", "diversity", "perplexity", "steps_per_sequence"} <= set(quality)
+        assert {k: v for k, v in resumed[system].items() if k not in timing} == quality
     assert (workspace / "out" / "generations.jsonl").read_text().splitlines() == lines
     assert (workspace / "out" / "latency.jsonl").read_text().splitlines() == timed
     bare = {r["id"]: r for r in records if r["system"] == "bare"}
