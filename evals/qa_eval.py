@@ -227,6 +227,8 @@ def generate_answers(config: QAEvalConfig) -> tuple[list[dict], list[dict], dict
 
 def answer_item(qa, config: QAEvalConfig, item: dict, systems: list[QASystem], documents: dict[str, list[dict]]) -> list[dict]:
     """One record per system; systems seeing the same documents are answered in one batch, duplicates once."""
+    import torch
+
     start = time.perf_counter()
     groups: dict[tuple, list[QASystem]] = {}
     for s in systems:
@@ -243,6 +245,7 @@ def answer_item(qa, config: QAEvalConfig, item: dict, systems: list[QASystem], d
                             "documents": [d["id"] for d in r.documents], "steps": r.steps, "phrase_steps": r.phrase_steps,
                             "phrases": r.num_phrases, "seconds": r.seconds})
     wall = time.perf_counter() - start
+    threads = torch.get_num_threads()
     for record in records:
-        record["question_seconds"] = wall / len(records)
+        record["question_seconds"], record["threads"] = wall / len(records), threads
     return records

@@ -144,6 +144,13 @@ def losses(results: dict) -> list[str]:
     return lines
 
 
+def _threads(summary: dict) -> str:
+    """`` on 2 torch threads``, and how many answers predate the count being recorded."""
+    threads, unknown = summary["generation_threads"], summary["answers_without_threads"]
+    text = f" on {' or '.join(map(str, threads))} torch threads" if threads else ""
+    return text + (f" ({unknown} answers made before the thread count was recorded)" if unknown else "")
+
+
 def _pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:.1f}%"
 
@@ -154,9 +161,11 @@ def write_report(config: QAEvalConfig, command: str, records: list[dict], items:
     out = Path(config.output_dir)
     results, nli_note = score_all(records, items, pages, config)
     wall = sum(r.get("question_seconds", 0.0) for r in records)
+    threads = sorted({r["threads"] for r in records if "threads" in r})
     rows = targets(results, wall)
     summary = {"command": command, "config": asdict(config), "environment": environment(), "evidence_in_top_k": evidence,
-               "generation_seconds": wall, "nli": nli_note, "systems": results,
+               "generation_seconds": wall, "generation_threads": threads,
+               "answers_without_threads": sum("threads" not in r for r in records), "nli": nli_note, "systems": results,
                "targets": [{"system": s, "target": t, "met": m, "figure": f} for s, t, m, f in rows]}
     _replace(out / "results.json", json.dumps(summary, indent=2, default=str) + "\n")
     _replace(out / "report.md", _markdown(summary, results, rows, config))
@@ -179,10 +188,10 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
         f"phrase encoder {config.checkpoint or 'shipped (examples/checkpoints/smollm2-wikipedia)'}; greedy, at most "
         f"{config.max_new_tokens} steps, documents cut to {config.document_words} words, at most {config.max_phrases} "
         f"phrases per document, agreement top-{config.agreement_top_k}, each phrase at most {config.phrase_max_uses}x.", "",
-        f"Versions: python {env['python']}, torch {env['torch']}, transformers {env['transformers']}; {env['machine']}.", "",
+        f"Versions: python {env['python']}, torch {env['torch']}, transformers {env['transformers']}; report written on {env['machine']}.", "",
         "Evidence page among the retrieved documents: " + ", ".join(
             f"k={k}: {_pct(rate)}" for k, rate in summary["evidence_in_top_k"].items()) + "", "",
-        f"Generation time (all sessions of this run): {summary['generation_seconds'] / 60:.1f} min.", "",
+        f"Generation time (all sessions of this run): {summary['generation_seconds'] / 60:.1f} min{_threads(summary)}.", "",
         "## Answers", "",
         "| system | gold in docs | STR-EM | EM | F1 | ROUGE-L | answers citing | cit./answer | answer-support prec. | "
         "correct citation | evidence-page prec. | exact prov. (phrase / model) | phrase steps | s/answer |",

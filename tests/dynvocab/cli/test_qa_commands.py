@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from dynvocab.cli import main
 
@@ -51,6 +52,8 @@ def test_eval_qa_writes_a_report_and_resumes(workspace, tiny_lm_dir, capsys):
     assert "Command: `dynvocab eval-qa" in report and "## Targets" in report and "no NLI model was given" in report
     assert "answer support precision >= 60%" in report and "STR-EM not below bare@2" in report
     assert "citation_recall" not in results["systems"]["ngram@2"] and "## Where the phrase systems lose" in report
+    assert results["generation_threads"] == [torch.get_num_threads()] and results["answers_without_threads"] == 0
+    assert f"min on {torch.get_num_threads()} torch threads." in report
     capsys.readouterr()
 
 
