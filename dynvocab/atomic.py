@@ -43,7 +43,8 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     save did not list in its manifest (the user's own) are carried over by hard link; if
     the body wrote a file of the same name, ``ValueError`` is raised and nothing changes.
     """
-    path = Path(path)
+    path = Path(os.path.abspath(path))  # "." or "..": a folder with a name, which the swap can rename
+    inside = Path(os.path.abspath(os.curdir)) == path
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} exists and is not a directory; choose another path")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,6 +60,8 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if inside:  # the process stood in the folder that was swapped out: stand in the new copy
+        os.chdir(path)
     _fsync(path.parent)
 
 
@@ -116,7 +119,8 @@ def verify(directory: str | Path) -> None:
     directory = Path(directory)
     for name, record in read_manifest(directory).items():
         path = directory / name
-        fix = "the file was edited, truncated or corrupted after it was saved; restore it or save the folder again"
+        fix = ("the file was edited, truncated or corrupted after it was saved; restore it or save the folder again "
+               "(an edit made on purpose, e.g. to a config: load with verify=False)")
         if not path.is_file():
             raise ValueError(f"{path} is missing though {MANIFEST} lists it; {fix}")
         if path.stat().st_size != record["bytes"] or file_sha256(path) != record["sha256"]:

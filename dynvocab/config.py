@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import operator
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +14,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "ENCODE_DTYPES", "JsonConfig", "check_encode_dtype", "check_field_types"]
+__all__ = ["CONFIG_NAME", "DynamicVocabConfig", "ENCODE_DTYPES", "READBACKS", "as_int", "JsonConfig", "check_encode_dtype", "check_field_types"]
 
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "dynvocab_config.json"
+#: how an emitted phrase is read back: as its LM tokens, or as the phrase encoder's input vector
+READBACKS = ("tokens", "vector")
 #: compute dtypes of the phrase encoder at inference ("auto": bfloat16 where the device computes it natively)
 ENCODE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -98,6 +101,10 @@ class DynamicVocabConfig(JsonConfig):
         metadata={"help": "How generate() reads an emitted phrase back: 'tokens' (its LM tokens in one cached "
                           "forward call, one decoding step) or 'vector' (the phrase encoder's input vector, the paper's)."},
     )
+    trained_readback: str | None = field(
+        default=None, metadata={"help": "The read-back the phrase encoder was trained for (set by dynvocab train; "
+                                        "None: unknown). Decoding with the other one warns."}
+    )
     phrase_score_scale: float = field(
         default=1.0, metadata={"help": "Calibration: phrase logits are scale * (h . e_out) + bias, next to the LM's own."}
     )
@@ -131,13 +138,23 @@ class DynamicVocabConfig(JsonConfig):
             raise ValueError(f"head_hidden_size must be positive or None, got {self.head_hidden_size}")
         if self.phrase_dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"phrase_dtype must be 'float32', 'bfloat16' or 'float16', got {self.phrase_dtype!r}")
-        if self.readback not in ("tokens", "vector"):
+        if self.readback not in READBACKS:
             raise ValueError(f"readback must be 'tokens' or 'vector', got {self.readback!r}")
+        if self.trained_readback not in (None, *READBACKS):
+            raise ValueError(f"trained_readback must be 'tokens', 'vector' or None, got {self.trained_readback!r}")
         if not self.phrase_score_scale > 0:
             raise ValueError(f"phrase_score_scale must be > 0, got {self.phrase_score_scale}")
         check_encode_dtype(self.encode_dtype)
         if self.encode_batch_size < 1:
             raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
+
+    def readback_mismatch(self) -> str | None:
+        """A warning when the model decodes with another read-back than its encoder was trained for, else None."""
+        if self.trained_readback is None or self.trained_readback == self.readback:
+            return None
+        return (f"this phrase encoder was trained for readback={self.trained_readback!r} but decodes with "
+                f"readback={self.readback!r}: its phrase scores were fitted to other states, so phrases fit worse; set "
+                f"model.dynvocab_config.readback = {self.trained_readback!r}, or train with --readback {self.readback}")
 
 
 def check_field_types(config) -> None:
@@ -158,6 +175,21 @@ def check_field_types(config) -> None:
                 f"{type(config).__name__}.{spec.name} must be {names}, got {type(value).__name__} {value!r}; "
                 f"pass e.g. {spec.name}={spec.default!r}"
             )
+
+
+def as_int(value, name: str, minimum: int | None = None) -> int:
+    """``value`` as a Python int: ints and NumPy or torch integer scalars pass; a bool, float, string or a value
+    below ``minimum`` raises naming ``name``, the value and the rule."""
+    rule = "an int" if minimum is None else "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    if isinstance(value, bool):
+        raise TypeError(f"{name}={value!r} must be {rule}, not a bool")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}={value!r} must be {rule}, got {type(value).__name__}; pass e.g. {name}=int(value)") from None
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name}={number} must be {rule}")
+    return number
 
 
 def check_at_least(config, minimum: int, names: tuple[str, ...]) -> None:

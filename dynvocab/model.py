@@ -78,6 +78,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self._expansion_key: tuple | None = None  # the table version and device the read-back's lookup was built for
         self._expansion_cache: tuple[torch.Tensor, torch.Tensor] | None = None
         self._lm_takes_logits_to_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
+        self._warned_readback: str | None = None  # generate() warns once per read-back the encoder was not trained for
+        self._generating_width: int | None = None  # the table's size when the running generate() began
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -125,7 +127,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
     # ------------------------------------------------------------------ phrases
     @property
     def phrases(self) -> list:
-        return list(self.phrase_table.phrases)
+        """The phrases that may be emitted (removed ones left out), in id order."""
+        return [self.phrase_table.phrases[i] for i in self.phrase_table.live_indices()]
 
     def set_phrases(
         self, phrases: Sequence[PhraseLike] | Sequence[Sequence[PhraseLike]], mid_sentence_forms: bool = True
@@ -159,7 +162,11 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self.refresh_phrase_vectors(only_new=True)
 
     def add_phrases(self, phrases: Sequence[PhraseLike], mid_sentence_forms: bool = True) -> None:
-        """Add phrases to the shared set (every row may use them); only new ones are encoded."""
+        """Add phrases to the shared set (every row may use them); only new ones are encoded.
+
+        Safe during ``generate()``, with per-row sets too: the new phrases get new ids and
+        every row may use them from the next step on.
+        """
         phrases = phrase_list(phrases)
         before = len(self.phrase_table)
         self.phrase_table.add(self.phrase_table.with_mid_sentence_forms(phrases) if mid_sentence_forms else phrases)
@@ -170,16 +177,18 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self.refresh_phrase_vectors(only_new=True)
 
     def remove_phrases(self, phrases: Sequence[PhraseLike]) -> None:
-        """Remove phrases; ids of later phrases move down by the number removed. Unknown phrases are warned about."""
+        """Remove phrases: they are never emitted or matched again. Unknown phrases are warned about.
+
+        No id changes: an id emitted before the removal still decodes to its phrase, so
+        removing during ``generate()`` never changes what was already written. Adding a
+        removed phrase again brings back its id; ``set_phrases`` starts a new numbering.
+        """
         phrases = [as_phrase(p) for p in phrase_list(phrases)]
         unknown = [p.text for p in phrases if p not in self.phrase_table]
         if unknown:
             logger.warning("remove_phrases: %d phrase(s) not in the table, ignored: %s", len(unknown), unknown[:5])
-        keep_texts = {p.text for p in self.phrase_table.phrases} - {p.text for p in self.phrase_table.with_mid_sentence_forms(phrases)}
-        kept = [i for i, p in enumerate(self.phrase_table.phrases) if p.text in keep_texts]
-        if self._row_masks is not None:
-            self._row_masks = self._row_masks[:, kept]
-        self.phrase_table.keep(kept)
+        removed = {p.text for p in self.phrase_table.with_mid_sentence_forms(phrases)}
+        self.phrase_table.remove(i for i, p in enumerate(self.phrase_table.phrases) if p.text in removed)
 
     def _build_row_masks(self, rows) -> torch.Tensor:
         masks = torch.zeros(len(rows), len(self.phrase_table), dtype=torch.bool)
@@ -237,6 +246,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         allowed = None
         if row is not None:
             rows = 1 if self._row_masks is None else self._row_masks.shape[0]
+            row = row if isinstance(row, bool) or not hasattr(row, "__index__") else operator.index(row)  # numpy ints
             if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < rows:
                 raise ValueError(
                     f"row={row!r} is not a row of the phrase sets: set_phrases gave {rows} row(s); pass 0..{rows - 1} or None"
@@ -329,6 +339,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             inputs_embeds = self.embed(input_ids, vec_in)
         if phrase_mask is None and self._row_masks is not None and phrase_vectors is None:
             phrase_mask = self._default_row_mask(inputs_embeds.shape[0])
+        if phrase_vectors is None:
+            phrase_mask = self._live_phrase_mask(phrase_mask, inputs_embeds.shape[0], inputs_embeds.device)
         kwargs.pop("return_dict", None)
         if self._lm_takes_logits_to_keep:
             kwargs["logits_to_keep"] = logits_to_keep
@@ -368,6 +380,19 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         """``scale * scores + bias`` from the config (a ``-inf`` of a masked phrase stays ``-inf``)."""
         scale, bias = self.dynvocab_config.phrase_score_scale, self.dynvocab_config.phrase_score_bias
         return scores if (scale, bias) == (1.0, 0.0) else scores * scale + bias
+
+    def _live_phrase_mask(self, mask: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor | None:
+        """``mask`` widened to phrases added since it was made (shared: every row may use them) and with
+        removed phrases masked out; None when every row may use every phrase."""
+        table, width = len(self.phrase_table), self._generating_width
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and width is not None and mask.shape[1] == width < table:
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], table - width)], dim=1)
+        live = self.phrase_table.live_mask(device)
+        if live is None:
+            return mask
+        if mask is None:
+            return live.expand(batch, -1)
+        return _checked_phrase_mask(mask, batch, table).to(device) & live
 
     def _default_row_mask(self, batch_size: int) -> torch.Tensor:
         rows = self._row_masks.shape[0]
@@ -431,10 +456,16 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``phrase_max_uses=n`` emits each phrase at most ``n`` times per row;
         ``phrase_bias=b`` adds ``b`` to every phrase score, before the rest.
         """
+        inputs = kwargs.get("input_ids", args[0] if args else None)
+        if inputs is not None:
+            self._check_prompt_ids(inputs)
+        mismatch = self.dynvocab_config.readback_mismatch()
+        if mismatch and mismatch != self._warned_readback:
+            logger.warning(mismatch)
+            self._warned_readback = mismatch
         self._cached_vectors()
         kwargs = self._phrase_aware_repetition(kwargs)
         if self._row_masks is not None and kwargs.get("phrase_mask") is None:
-            inputs = kwargs.get("input_ids", args[0] if args else None)
             batch = inputs.shape[0] if inputs is not None else kwargs["inputs_embeds"].shape[0]
             if batch != self._row_masks.shape[0]:
                 raise ValueError(
@@ -442,7 +473,32 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
                     f"{batch} prompts; give one list per prompt"
                 )
             kwargs["phrase_mask"] = self._row_masks.to(self.device)
-        return super().generate(*args, **kwargs)
+        self._generating_width = len(self.phrase_table)
+        try:
+            return super().generate(*args, **kwargs)
+        finally:
+            self._generating_width = None
+
+    def _check_prompt_ids(self, ids) -> None:
+        """Refuse prompt ids ``generate`` cannot run, naming the problem: not an integer tensor, empty, or out of range."""
+        if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            what = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise TypeError(f"generate() takes prompt ids as an integer tensor of shape (batch, length), got {what}; "
+                            "pass torch.tensor(ids, dtype=torch.long), or ids.long()")
+        if ids.dim() != 2 or ids.shape[1] == 0:
+            raise ValueError(
+                f"generate() got prompt ids of shape {tuple(ids.shape)}: a prompt needs at least one token in a (batch, "
+                "length) tensor; pass ids[None] for one prompt, or start an empty prompt with the tokenizer's BOS token"
+            )
+        smallest, largest = (int(bound) for bound in torch.aminmax(ids))
+        limit = self.vocab_size + len(self.phrase_table)
+        if smallest < 0 or largest >= limit:
+            bad = smallest if smallest < 0 else largest
+            raise ValueError(
+                f"prompt id {bad} is outside the vocabulary: ids are 0..{self.vocab_size - 1} for tokens and "
+                f"{self.vocab_size}..{limit - 1} for the {len(self.phrase_table)} phrases of the table; tokenize the prompt "
+                "with this model's tokenizer (or model.tokenize), after set_phrases"
+            )
 
     def _phrase_aware_repetition(self, kwargs: dict) -> dict:
         """Swap the ``PHRASE_PROCESSOR_ARGS`` of ``kwargs`` for ``phrase_logits_processors``."""
@@ -486,10 +542,14 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         save(self, save_directory, save_phrases)
 
     @classmethod
-    def from_pretrained(cls, directory, base_model: nn.Module, tokenizer, **unknown) -> "DynamicVocabLM":
-        """Restore a saved model on ``base_model`` (which must match the saved tokenizer and hidden size)."""
-        _refuse_unknown("from_pretrained", unknown, "directory, base_model and tokenizer; load the base LM yourself first")
-        return load(cls, directory, base_model, tokenizer)
+    def from_pretrained(cls, directory, base_model: nn.Module, tokenizer, verify: bool = True, **unknown) -> "DynamicVocabLM":
+        """Restore a saved model on ``base_model`` (which must match the saved tokenizer and hidden size).
+
+        Every file is checked against the manifest written with it; ``verify=False`` accepts a
+        folder whose files were edited on purpose since (a config changed by hand), with a warning.
+        """
+        _refuse_unknown("from_pretrained", unknown, "directory, base_model, tokenizer and verify; load the base LM yourself first")
+        return load(cls, directory, base_model, tokenizer, verify_files=verify)
 
     def phrase_output_vectors(self) -> torch.Tensor | None:
         """The phrase table's output vectors ``(P, d)``, re-encoded first if the encoder changed since; None when empty."""
@@ -508,6 +568,9 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
 def _as_list(ids) -> list[int]:
     """One sequence of ids as ints; a 2-D tensor, floats, strings or negative ids raise naming the problem."""
+    if ids is None or not hasattr(ids, "__iter__"):
+        raise TypeError(f"ids must be a sequence of ints (or a 1-D tensor), got {type(ids).__name__} {ids!r}; pass the "
+                        "ids generate() returned, e.g. out[0]")
     if isinstance(ids, torch.Tensor):
         if ids.dim() != 1:
             raise ValueError(f"expected one sequence of ids, got a tensor of shape {tuple(ids.shape)}; pass ids[row]")

@@ -45,7 +45,7 @@ class PhraseEncoder(nn.Module):
     an untrained phrase scores like its first token and reads like its last one, and
     training learns when the whole phrase is the likelier continuation. Because the
     Transformer is causal, one pass over a phrase also yields the vectors of all its
-    prefixes (``encode_all_prefixes``). The encoding does not depend on any prompt.
+    prefixes (``encode_prefixes``). The encoding does not depend on any prompt.
 
     Args:
         body: a transformers base model (e.g. ``LlamaModel``, ``GPT2Model``) with a few layers.
@@ -133,15 +133,26 @@ class PhraseEncoder(nn.Module):
         positions = position_ids_from_mask(attention_mask)
         return self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
 
+    def encode_prefixes(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor, ends: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Vectors of the prefixes ``input_ids[rows[i], :ends[i] + 1]`` (their non-padding part): one causal pass
+        over ``(B, L)`` ids, the head only at the ``n`` prefix ends. Returns input and output vectors ``(n, d)``."""
+        hidden = self._hidden(input_ids, attention_mask)
+        first = input_ids.gather(1, first_token_index(attention_mask).unsqueeze(1))[:, 0]
+        return self._anchored(self.head(hidden[rows, ends]), first[rows], input_ids[rows, ends])
+
     def encode_all_prefixes(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Vectors of every prefix: ``(B, L)`` ids -> input and output vectors ``(B, L, d)``.
 
         Position ``t`` holds the vectors of the phrase ``input_ids[b, :t + 1]`` (its
         non-padding part). Left or right padding both work.
         """
-        hidden = self._hidden(input_ids, attention_mask)
-        first = input_ids.gather(1, first_token_index(attention_mask).unsqueeze(1)).expand_as(input_ids)
-        return self._anchored(self.head(hidden), first, input_ids)
+        batch, length = input_ids.shape
+        positions = torch.arange(length, device=input_ids.device)
+        rows = torch.arange(batch, device=input_ids.device).repeat_interleave(length)
+        vec_in, vec_out = self.encode_prefixes(input_ids, attention_mask, rows, positions.repeat(batch))
+        return vec_in.view(batch, length, -1), vec_out.view(batch, length, -1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Phrase vectors: ``(B, L)`` ids and mask -> input and output vectors ``(B, d)``."""

@@ -28,6 +28,13 @@ class Phrase:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise TypeError(f"Phrase.text must be a str, got {type(self.text).__name__} {self.text!r}")
+        try:
+            self.text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"phrase {self.text!r} is not valid Unicode: {error.reason} at character {error.start}; decode its "
+                "bytes with errors='replace' (or drop the stray character) before adding it"
+            ) from None
         if self.source is not None and not isinstance(self.source, str):
             raise TypeError(
                 f"Phrase.source must be a str (a document id) or None, got {type(self.source).__name__} "
@@ -42,6 +49,9 @@ def phrase_list(items: Iterable[PhraseLike], argument: str = "phrases") -> list:
     """``items`` read once into a list; a single phrase or a non-iterable raises ``TypeError`` naming ``argument``."""
     if isinstance(items, (str, Phrase)):
         raise TypeError(f"{argument} must be a list of phrases, got the single phrase {items!r}; pass [{items!r}]")
+    if isinstance(items, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{argument} must be a list of phrases (str), got {type(items).__name__} {bytes(items)[:40]!r}; "
+                        "decode the bytes and wrap the text in a list: [data.decode('utf-8')]")
     try:
         return list(items)
     except TypeError:
@@ -69,7 +79,9 @@ class PhraseTable:
 
     Each entry keeps its text, its token ids under the LM's tokenizer and its source.
     Phrases are validated on the way in; a duplicate text merges into the existing
-    entry (keeping the first source). Output vectors (needed to score every phrase)
+    entry (keeping the first source). A removed phrase keeps its entry and id, so ids
+    already emitted keep their meaning; it is no longer matched, scored or listed, and
+    adding it again brings it back. Only :meth:`keep` (a new phrase set) renumbers. Output vectors (needed to score every phrase)
     are filled by the model for new phrases only; input vectors (needed only for
     phrases fed back as inputs) are cached as they are first used.
     """
@@ -84,6 +96,7 @@ class PhraseTable:
         self._by_ids: dict[tuple[int, ...], int] = {}
         self.output_vectors: torch.Tensor | None = None
         self.input_vectors: dict[int, torch.Tensor] = {}
+        self.removed: set[int] = set()  # table indices removed since the last keep(): decodable, never emitted
         self._shared_ints: dict[int, int] = {}
         self.version = 0  # bumped whenever the phrases or their order change (derived lookups key on it)
         #: objects kept in step with the table (a shortlist scorer), held weakly: told ``phrases_kept(indices)``
@@ -94,7 +107,8 @@ class PhraseTable:
         return len(self.phrases)
 
     def __contains__(self, item: PhraseLike) -> bool:
-        return as_phrase(item).text in self._index
+        index = self._index.get(as_phrase(item).text)
+        return index is not None and index not in self.removed
 
     def id_of(self, item: PhraseLike) -> int:
         """The vocabulary id of a phrase in the table."""
@@ -104,8 +118,27 @@ class PhraseTable:
         return self.vocab_size + self._index[text]
 
     def index_of_ids(self, token_ids: tuple[int, ...]) -> int | None:
-        """Table index of the phrase with exactly these token ids, or None."""
-        return self._by_ids.get(token_ids)
+        """Table index of the (not removed) phrase with exactly these token ids, or None."""
+        index = self._by_ids.get(token_ids)
+        return None if index in self.removed else index
+
+    def live_indices(self) -> list[int]:
+        """Table indices of the phrases that are not removed."""
+        return [i for i in range(len(self.phrases)) if i not in self.removed]
+
+    def live_mask(self, device: torch.device | str = "cpu") -> torch.Tensor | None:
+        """``(P,)`` bool, False at removed phrases; None when none is removed."""
+        if not self.removed:
+            return None
+        mask = torch.ones(len(self.phrases), dtype=torch.bool)
+        mask[sorted(self.removed)] = False
+        return mask.to(device)
+
+    def remove(self, indices: Iterable[int]) -> None:
+        """Remove the phrases at these table indices without renumbering any id."""
+        before = len(self.removed)
+        self.removed.update(indices)
+        self.version += len(self.removed) != before
 
     @property
     def num_encoded(self) -> int:
@@ -128,9 +161,16 @@ class PhraseTable:
         """``validate``'s length checks on one chunk; token ids are shared int objects (a million phrases
         otherwise hold several million separate ints)."""
         encoded = self.tokenizer([p.text for p in phrases], add_special_tokens=False, return_attention_mask=False)
-        shared = self._shared_ints
+        shared, special = self._shared_ints, set(getattr(self.tokenizer, "all_special_ids", ()))
         checked = []
         for phrase, ids in zip(phrases, encoded["input_ids"]):
+            inside = [i for i in ids if i in special]
+            if inside:
+                raise ValueError(
+                    f"phrase {phrase.text!r} contains the special token {self.tokenizer.convert_ids_to_tokens(inside[0])!r}: "
+                    "a phrase is text the model writes, and decoding could not drop its special token as it drops "
+                    "one outside a phrase; remove it from the phrase"
+                )
             if len(ids) < 2:
                 raise ValueError(
                     f"phrase {phrase.text!r} is a single token of the LM's vocabulary (id {ids[0] if ids else None}); "
@@ -167,16 +207,20 @@ class PhraseTable:
 
     def add_validated(self, checked: Iterable[tuple[Phrase, tuple[int, ...]]]) -> list[int]:
         """Add ``(phrase, token_ids)`` pairs from ``validate``. Returns the table indices that are new."""
-        new = []
+        new, revived = [], False
         for phrase, ids in checked:
             if phrase.text in self._index or ids in self._by_ids:
+                index = self._index.get(phrase.text, self._by_ids.get(ids))
+                if index in self.removed:  # added again: the entry, its id and its vectors come back
+                    self.removed.discard(index)
+                    revived = True
                 continue
             self._index[phrase.text] = len(self.phrases)
             self._by_ids[ids] = len(self.phrases)
             self.phrases.append(phrase)
             self.token_ids.append(ids)
             new.append(len(self.phrases) - 1)
-        self.version += bool(new)
+        self.version += bool(new) or revived
         return new
 
     def update_sources(self, phrases: Iterable[Phrase]) -> None:
@@ -192,7 +236,8 @@ class PhraseTable:
                 self.phrases[index] = phrase
 
     def keep(self, indices: Sequence[int]) -> None:
-        """Keep only the phrases at these table indices, in this order, with their vectors."""
+        """Keep only the phrases at these table indices, in this order, with their vectors (ids renumber)."""
+        self.removed = set()
         self.phrases = [self.phrases[i] for i in indices]
         self.token_ids = [self.token_ids[i] for i in indices]
         self.version += 1
@@ -219,9 +264,9 @@ class PhraseTable:
         self.output_vectors = outputs if self.output_vectors is None else torch.cat([self.output_vectors, outputs])
 
     def save(self, path: str | Path) -> None:
-        """Write the phrases as JSON lines (text, source)."""
+        """Write the phrases that are not removed as JSON lines (text, source)."""
         with open(path, "w", encoding="utf-8") as f:
-            for phrase in self.phrases:
+            for phrase in (self.phrases[i] for i in self.live_indices()):
                 f.write(json.dumps({"text": phrase.text, "source": phrase.source}, ensure_ascii=False) + "\n")
 
     @staticmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 from safetensors import safe_open
@@ -14,6 +15,8 @@ from .atomic import atomic_directory, recover, verify
 from .config import CONFIG_NAME, DynamicVocabConfig
 from .phrase_encoder import PhraseEncoder, unwrap_model
 from .phrase_table import PhraseTable
+
+logger = logging.getLogger(__name__)
 
 ENCODER_WEIGHTS = "phrase_encoder.safetensors"
 ENCODER_CONFIG = "phrase_encoder_config.json"
@@ -44,16 +47,29 @@ def write_model_files(model, directory: Path, save_phrases: bool = False) -> Non
     weights = {k: v.detach().contiguous().cpu() for k, v in encoder.trainable_state_dict().items()}
     _refuse_non_finite(weights, "the phrase encoder's weights")
     save_file(weights, directory / ENCODER_WEIGHTS, metadata={"format": "pt"})
-    if save_phrases and len(model.phrase_table):
+    live = model.phrase_table.live_indices()  # removed phrases are not saved
+    if save_phrases and live:
         model.phrase_table.save(directory / PHRASES)
-        vectors = model.phrase_output_vectors().contiguous().cpu()
+        vectors = model.phrase_output_vectors()[live].contiguous().cpu()
         _refuse_non_finite({"output": vectors}, "the phrase vectors")
-        metadata = {"phrases_sha256": _phrases_digest(model.phrase_table.phrases)}
+        metadata = {"phrases_sha256": _phrases_digest([model.phrase_table.phrases[i] for i in live])}
         save_file({"output": vectors}, directory / PHRASE_VECTORS, metadata=metadata)
 
 
-def load(cls, directory: str | Path, base_model, tokenizer):
-    """Rebuild the model saved in ``directory`` on ``base_model`` with ``tokenizer``."""
+def load(cls, directory: str | Path, base_model, tokenizer, verify_files: bool = True):
+    """Rebuild the model saved in ``directory`` on ``base_model`` with ``tokenizer``.
+
+    ``verify_files=False`` loads files edited by hand since the save (their sizes and hashes no longer match the
+    manifest), with a warning; a corrupted weights or phrases file is still refused by its own checks.
+    """
+    if not isinstance(base_model, torch.nn.Module):
+        raise TypeError(
+            f"base_model must be the causal LM the phrase encoder was trained on (an nn.Module), got "
+            f"{type(base_model).__name__}; load it first, e.g. AutoModelForCausalLM.from_pretrained(name)"
+        )
+    if tokenizer is None or not callable(tokenizer):
+        raise TypeError(f"tokenizer must be the LM's own tokenizer, got {type(tokenizer).__name__}; load it with "
+                        "AutoTokenizer.from_pretrained(name)")
     directory = Path(directory)
     recover(directory)
     if not directory.is_dir():
@@ -61,8 +77,13 @@ def load(cls, directory: str | Path, base_model, tokenizer):
     for name in (CONFIG_NAME, ENCODER_CONFIG, ENCODER_WEIGHTS):
         if not (directory / name).exists():
             raise FileNotFoundError(f"{directory / name} is missing: was {directory} written by DynamicVocabLM.save_pretrained?")
-    verify(directory)
+    if verify_files:
+        verify(directory)
+    else:
+        logger.warning("%s: loaded without checking its files against their manifest (verify=False)", directory)
     config = DynamicVocabConfig.load(directory)
+    if config.readback_mismatch():
+        logger.warning("%s: %s", directory, config.readback_mismatch())
     base = unwrap_model(base_model)
     _check_base(config, base, tokenizer, tokenizer_fingerprint(tokenizer), directory)
     body = json.loads((directory / ENCODER_CONFIG).read_text(encoding="utf-8"))

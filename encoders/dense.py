@@ -7,6 +7,7 @@ sentence-transformers for the same checkpoint (all-MiniLM-L6-v2 by default).
 from __future__ import annotations
 
 import logging
+import operator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -153,8 +154,9 @@ class DenseEncoder:
         """Encode ``texts`` into a float32 array ``(n, d)`` in input order (one row for a single str)."""
         if isinstance(texts, str):
             texts = [texts]
-        if not isinstance(batch_size, int) or batch_size < 1:
+        if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__") or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive int, e.g. 32")
+        batch_size = operator.index(batch_size)
         bad = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
         if bad is not None:
             raise TypeError(f"texts[{bad}] is {type(texts[bad]).__name__}; encode takes a list of str")
@@ -175,6 +177,10 @@ class DenseEncoder:
         batch = self.tokenizer(
             texts, padding=True, truncation=True, max_length=self.config.max_length, return_tensors="pt"
         ).to(self.device)
+        lengths = batch["attention_mask"].sum(1)
+        if bool((lengths == 0).any()):
+            empty = int((lengths == 0).nonzero()[0, 0])
+            raise ValueError(f"text {texts[empty]!r} tokenizes to no token, so it has no vector; drop it or give it words")
         amp = self.config.amp_dtype
         with torch.autocast(self.device.type, dtype=getattr(torch, amp or "bfloat16"), enabled=amp is not None):
             hidden = self.model(**batch).last_hidden_state

@@ -143,6 +143,21 @@ def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
     return prompts
 
 
+def refuse_held_out(documents: list[dict], data: str, path: str) -> None:
+    """Refuse an index that holds held-out documents of ``data``: retrieving a prompt's own document would let a
+    system copy its reference, and the report would look better than it is."""
+    from dynvocab.corpora import corpus_split
+
+    held_out = {document["id"] for document in corpus_split(data)[1]}
+    leaked = [document["id"] for document in documents if document.get("id") in held_out]
+    if leaked:
+        raise ValueError(
+            f"the index {path} holds {len(leaked)} of the {len(held_out)} held-out {data} documents the evaluation "
+            f"prompts with (e.g. {leaked[0]!r}): a system could retrieve the very text it must continue; build an index "
+            f"without them with `dynvocab index --data {data} --output DIR` (the training part only) and pass --index DIR"
+        )
+
+
 class Generators:
     """Builds each system once (lazily) and generates continuations for a batch of prompts."""
 
@@ -211,9 +226,11 @@ class Generators:
 
             path, name = self.config.index, self.config.encoder
             encoder = document_encoder() if name == "minilm" else DenseEncoder(resolve_model(name))
-            self._index = (
-                DocumentIndex.load(path, encoder=encoder) if path else demo_index(Path(".cache/demo"), self.config.data)
-            )
+            if path:
+                self._index = DocumentIndex.load(path, encoder=encoder)
+                refuse_held_out(self._index.documents, self.config.data, path)
+            else:
+                self._index = demo_index(Path(".cache/demo"), self.config.data)
         return self._index
 
     def settings(self) -> dict[str, dict]:
@@ -471,6 +488,8 @@ def generate_all(config: EvalConfig) -> tuple[list[dict], list[dict], Generators
     out.mkdir(parents=True, exist_ok=True)
     check_resumable(config)
     generators = Generators(config)
+    if config.index:
+        generators.index  # a given index is loaded and checked before any generation: held-out documents are refused
     prompts = held_out_prompts(generators.tokenizer, config)
     passes = {"generations": (prompts, config.batch_size), "latency": (prompts[: config.latency_prompts], 1)}
     finished = {}

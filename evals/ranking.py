@@ -13,6 +13,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from dynvocab.config import as_int
+
 __all__ = ["hits_at_k", "mrr_at_k", "ndcg_at_k", "paired_relative_interval", "ranking_metrics", "recall_at_k",
            "reciprocal_ranks"]
 
@@ -76,8 +78,7 @@ def ranking_metrics(
 
 
 def _pairs(rankings, relevant, k: int):
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k={k!r} must be a positive int, e.g. k=10")
+    k = as_int(k, "k", minimum=1)
     if isinstance(rankings, str) or isinstance(relevant, str):
         raise TypeError("rankings and relevant must be one entry per query (lists), not a string")
     if len(rankings) != len(relevant):

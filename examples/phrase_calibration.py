@@ -5,6 +5,12 @@ each with the phrases the pipeline plugs in for it; one forward pass per prompt 
 every bias (``evals.calibration``). Writes ``results.json`` and ``report.md``.
 
     python examples/phrase_calibration.py --num-prompts 200 --output-dir results/calibration
+
+Choosing the bias on other held-out leads than those reported (``--skip 200`` passes over
+the evaluation's 200) and writing it into a copy of the checkpoint:
+
+    python examples/phrase_calibration.py --skip 200 --num-prompts 100 --checkpoint RUN/final \
+        --write-bias CALIBRATED --output-dir results/calibration-dev
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,18 +26,34 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from dynvocab.atomic import MANIFEST, atomic_directory
+from dynvocab.config import CONFIG_NAME
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from evals.calibration import CalibrationCounts, count_positions, next_item_logits
 from evals.protocol import EvalConfig, held_out_prompts
 from retrieval.loading import demo_index
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
-BIASES = (-4.0, -3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
+BIASES = (-4.0, -3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+
+
+def write_calibrated(checkpoint: Path, target: Path, model, bias: float) -> None:
+    """A copy of ``checkpoint`` whose config adds ``bias`` to the phrase scores, saved (and signed) atomically."""
+    model.dynvocab_config.phrase_score_bias += bias
+    with atomic_directory(target) as staging:
+        for entry in checkpoint.iterdir():
+            if entry.name in (CONFIG_NAME, MANIFEST):
+                continue
+            (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, staging / entry.name)
+        model.dynvocab_config.save(staging)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-prompts", type=int, default=200)
+    parser.add_argument("--skip", type=int, default=0, help="held-out prompts passed over first (200: not the reported ones)")
+    parser.add_argument("--write-bias", help="write a copy of --checkpoint with the most accurate bias (as the pipeline "
+                                             "decodes) added to its phrase scores into this folder")
     parser.add_argument("--checkpoint", default=str(SHIPPED_ENCODER))
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--output-dir", default="results/calibration")
@@ -38,8 +61,8 @@ def main() -> None:
 
     start = time.perf_counter()
     model = load_dynamic_lm(args.model, args.checkpoint)
-    config = EvalConfig(model=args.model, num_prompts=args.num_prompts, output_dir=args.output_dir)
-    prompts = held_out_prompts(model.tokenizer, config)
+    config = EvalConfig(model=args.model, num_prompts=args.skip + args.num_prompts, output_dir=args.output_dir)
+    prompts = held_out_prompts(model.tokenizer, config)[args.skip :]
     pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), config.data), PipelineConfig())
     agreements = sorted({0, pipeline.config.decoding_settings()["agreement_top_k"]})  # the raw scores, and as the pipeline decodes
     totals = {k: CalibrationCounts(BIASES) for k in agreements}
@@ -55,7 +78,8 @@ def main() -> None:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     command = "python " + " ".join(sys.argv)
-    settings = {"checkpoint": args.checkpoint, "model": args.model, "prompts": len(prompts), "positions": totals[0].positions,
+    settings = {"checkpoint": args.checkpoint, "model": args.model, "prompts": len(prompts), "skipped": args.skip,
+                "positions": totals[0].positions,
                 "pipeline": pipeline.config.__dict__ | pipeline.config.decoding_settings(),
                 "configured_bias": model.dynvocab_config.phrase_score_bias,
                 "torch": torch.__version__, "python": platform.python_version(), "seconds": time.perf_counter() - start}
@@ -66,7 +90,7 @@ def main() -> None:
         "",
         f"Command: `{command}` ({settings['seconds'] / 60:.1f} min, {torch.get_num_threads()} threads)",
         "",
-        f"{len(prompts)} held-out {config.data} leads, {totals[0].positions} reference positions read by teacher forcing, "
+        f"{len(prompts)} held-out {config.data} leads (after the first {args.skip}), {totals[0].positions} reference positions read by teacher forcing, "
         f"checkpoint `{args.checkpoint}`, the pipeline's default phrases per prompt. Bias is added to every phrase "
         "logit on top of the checkpoint's own. *fit*: some plugged-in phrase spells the next reference tokens; "
         "*accuracy*: the top item is right (a fitting phrase, or the next reference token).",
@@ -86,6 +110,12 @@ def main() -> None:
             f"(bias 0: {100 * next(r for r in rows if r['bias'] == 0)['accuracy']:.1f}%).",
             "",
         ]
+    if args.write_bias:
+        decoded = tables[max(tables)]  # with the agreement rule the pipeline decodes with
+        best = max(decoded, key=lambda row: row["accuracy"])["bias"]
+        write_calibrated(Path(args.checkpoint), Path(args.write_bias), model, best)
+        lines += [f"Wrote {args.write_bias}: the checkpoint with phrase_score_bias "
+                  f"{model.dynvocab_config.phrase_score_bias:+.1f} (the most accurate bias above added).", ""]
     (out / "report.md").write_text("\n".join(lines))
     print("\n".join(lines))
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import faiss
 import numpy as np
 
-from dynvocab.config import JsonConfig, check_field_types
+from dynvocab.config import JsonConfig, as_int, check_field_types
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +61,7 @@ class IndexConfig(JsonConfig):
 
 
 def _check_positive(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive int")
+    as_int(value, name, minimum=1)
 
 
 def as_vectors(array: Any, name: str = "vectors", dim: int | None = None) -> np.ndarray:

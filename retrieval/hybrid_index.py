@@ -15,6 +15,8 @@ from typing import Any
 import faiss
 import numpy as np
 
+from dynvocab.config import as_int
+
 from encoders.hybrid import HybridEncoder, HybridVectors
 
 from .ann import as_vectors
@@ -129,8 +131,7 @@ class HybridIndex:
 
     def search(self, queries: list[str] | HybridVectors, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents: ``(scores (q, k) float32, ids (q, k) int64)``; ids are rows, ``-1`` when k > n."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k={k!r} must be a positive int")
+        k = as_int(k, "k", minimum=1)
         query = self.embed_queries(queries)
         n, width = len(self), min(max(k, self.candidates), len(self))
         pools = []

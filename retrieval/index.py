@@ -10,6 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 import faiss
 import numpy as np
 
+from dynvocab.config import as_int
+
 from .ann import (
     SEARCH_PARAM,
     IndexConfig,
@@ -140,8 +142,7 @@ class DocumentIndex:
 
     def set_search_param(self, value: int) -> None:
         """Set ``nprobe`` (IVF) or ``efSearch`` (HNSW); ignored for flat."""
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"search parameter {value!r} must be a positive int")
+        value = as_int(value, "search parameter", minimum=1)
         set_search_param(self._cpu_index, self.kind, value)
         if self._index is not self._cpu_index:
             set_search_param(self._index, self.kind, value)
@@ -158,13 +159,16 @@ class DocumentIndex:
                 )
             if not queries:
                 return np.empty((0, self.dim), dtype=np.float32)
+            empty = next((i for i, query in enumerate(queries) if not query.strip()), None)
+            if empty is not None:
+                raise ValueError(f"query {empty} is empty ({queries[empty]!r}): a search needs text; drop the query or "
+                                 "give it words")
             queries = self.encoder.encode(list(queries), batch_size=batch_size, show_progress_bar=False)
         return as_vectors(queries, name="query vectors", dim=self.dim)
 
     def search(self, queries: list[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents: ``(scores (q, k) float32, ids (q, k) int64)``; ids are rows, ``-1`` when k > n."""
-        if not isinstance(k, int) or k < 1:
-            raise ValueError(f"k={k!r} must be a positive int")
+        k = as_int(k, "k", minimum=1)
         vectors = self.embed_queries(queries)
         scores, ids = self._index.search(vectors, k)
         return scores.astype(np.float32, copy=False), ids.astype(np.int64, copy=False)

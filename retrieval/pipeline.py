@@ -166,6 +166,18 @@ class PipelineResult:
         return result
 
 
+def check_prompts(prompts: Sequence[str]) -> None:
+    """Refuse a prompt that is not text or holds none: retrieval and generation both need something to go on."""
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts must be a list of str, got {type(prompts).__name__}; pass [prompt]")
+    for number, prompt in enumerate(prompts):
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt {number} is {type(prompt).__name__}, not str; pass the prompt's text")
+        if not prompt.strip():
+            raise ValueError(f"prompt {number} is empty ({prompt!r}): retrieval and generation need text to continue; "
+                             "pass a prompt with at least one word")
+
+
 class PhrasePipeline:
     """Retrieval-augmented generation with a dynamic phrase vocabulary.
 
@@ -185,11 +197,12 @@ class PhrasePipeline:
             min_count=c.min_count, max_phrases=c.max_phrases + c.max_phrases // 8 + 8, edges=c.edges, ranking=c.ranking,
         )
         lengths = self.model.tokenizer([p.text for p in found], add_special_tokens=False)["input_ids"] if found else []
-        limit = self.model.phrase_table.max_phrase_tokens
-        return [p for p, ids in zip(found, lengths) if 2 <= len(ids) <= limit][: c.max_phrases]
+        limit, special = self.model.phrase_table.max_phrase_tokens, set(self.model.tokenizer.all_special_ids)
+        return [p for p, ids in zip(found, lengths) if 2 <= len(ids) <= limit and special.isdisjoint(ids)][: c.max_phrases]
 
     @torch.no_grad()
     def __call__(self, prompt: str) -> PipelineResult:
+        check_prompts([prompt])
         if not self.config.realtime:
             return self.batch([prompt])[0]
         timer = self._timer()
@@ -210,6 +223,7 @@ class PhrasePipeline:
         ``config.max_chars``). Stage times are the batch's, split evenly over its prompts.
         """
         c, model = self.config, self.model
+        check_prompts(prompts)
         if c.realtime:
             raise ValueError("real-time mode answers one prompt at a time; call the pipeline on each prompt")
         timer = self._timer()

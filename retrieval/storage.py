@@ -95,7 +95,15 @@ def _read_metadata(directory: Path) -> dict[str, Any]:
             f"{path} has format version {metadata['format_version']}, newer than this library reads "
             f"({FORMAT_VERSION}); upgrade dynvocab"
         )
+    missing = [key for key in REQUIRED_KEYS if key not in metadata]
+    if missing:
+        raise ValueError(f"{path} lacks {missing}: it was edited or cut short after saving; rebuild the index and save "
+                         "it again (or restore the folder from a backup)")
     return metadata
+
+
+#: what _read_faiss and the loaders read from the metadata
+REQUIRED_KEYS = ("index_file", "index_bytes", "index_sha256", "dimension", "num_documents", "documents")
 
 
 def _read_faiss(directory: Path, metadata: dict[str, Any]) -> faiss.Index:

@@ -1,4 +1,4 @@
-"""The ``dynvocab`` command line: train, train-mwt, index, generate, eval, demo, pretrain-encoder,
+"""The ``dynvocab`` command line: train, cache-states, train-mwt, index, generate, eval, demo, pretrain-encoder,
 finetune-encoder, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa."""
 
 from __future__ import annotations
@@ -27,6 +27,18 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(json.dumps({"output_dir": config.output_dir, **final}))
 
 
+def cmd_cache_states(args: argparse.Namespace) -> None:
+    from ..training.config import TrainConfig
+    from ..training.trainer import build_model, open_state_cache, training_texts
+
+    config = TrainConfig(model=args.model, data=args.data, text_field=args.text_field, held_out=args.held_out,
+                         max_length=args.max_length, mode="frozen", readback="tokens")
+    texts = list(training_texts(config))
+    cache = open_state_cache(config, build_model(config), texts, Path(args.output_dir), args.batch_size, args.shard_chunks)
+    print(json.dumps({"state_cache": args.output_dir, "chunks": len(cache), "positions": int(cache.tokens.shape[0]),
+                      "train_with": f"dynvocab train --state-cache {args.output_dir} --max-length {args.max_length}"}))
+
+
 def cmd_train_mwt(args: argparse.Namespace) -> None:
     from ..training.multiword import MultiWordTrainConfig, train_multiword
 
@@ -43,9 +55,18 @@ def cmd_index(args: argparse.Namespace) -> None:
     from retrieval.loading import document_encoder, is_hybrid_encoder
 
     from ..assets import resolve_model
-    from ..corpora import CORPORA
+    from ..corpora import CORPORA, corpus_split
 
-    source = CORPORA[args.data][0]() if args.data in CORPORA else args.data
+    part = ""
+    if args.data in CORPORA:
+        training, held_out = corpus_split(args.data)
+        source = training + held_out if args.include_held_out else training
+        part = (f" (all of {args.data}, its {len(held_out)} held-out documents included: dynvocab eval refuses this index)"
+                if args.include_held_out else
+                f" (the training part of {args.data}: its {len(held_out)} held-out documents, which dynvocab eval prompts "
+                "with, are left out; --include-held-out adds them)")
+    else:
+        source = args.data
     if not isinstance(source, list) and not Path(source).exists() and Path(source).suffix in (".jsonl", ".txt", ".json"):
         raise FileNotFoundError(f"--data {source!r} does not exist; pass a JSONL or text file, a folder, or 'wikipedia'")
     if is_hybrid_encoder(args.encoder):
@@ -53,19 +74,20 @@ def cmd_index(args: argparse.Namespace) -> None:
                                    candidates=args.candidates, query_terms=args.query_terms,
                                    posting_terms=args.posting_terms, text_field=args.text_field, show_progress_bar=True)
         hybrid.save(args.output)
-        print(f"indexed {len(hybrid)} documents (hybrid {hybrid.encoder_info['label']}) into {args.output}")
+        print(f"indexed {len(hybrid)} documents{part} (hybrid {hybrid.encoder_info['label']}) into {args.output}")
         return
     encoder = document_encoder() if args.encoder == "minilm" else DenseEncoder(resolve_model(args.encoder))
     index = DocumentIndex.build(source, encoder, index_type=args.index_type, text_field=args.text_field, show_progress_bar=True)
     index.save(args.output)
-    print(f"indexed {len(index)} documents ({index.kind}) into {args.output}")
+    print(f"indexed {len(index)} documents{part} ({index.kind}) into {args.output}")
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
     from retrieval.loading import load_stack
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    from retrieval.pipeline import PhrasePipeline, PipelineConfig, check_prompts
 
     config = dataclass_from_args(PipelineConfig, args)
+    check_prompts(args.prompt)  # before minutes of loading
     model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
     pipeline = PhrasePipeline(model, index, config)
     for prompt in args.prompt:
@@ -217,6 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     train.set_defaults(func=cmd_train)
 
+    cache = commands.add_parser(
+        "cache-states", help="run the frozen LM once over the training text and store its states (accelerate launch works too)"
+    )
+    cache.add_argument("--model", default="smollm2", help="Hub name or path of the causal LM; 'smollm2' is the offline asset")
+    cache.add_argument("--data", default="wikipedia", help="text/JSONL file, datasets name or dir; 'wikipedia' is the offline asset")
+    cache.add_argument("--text-field", default="text")
+    cache.add_argument("--held-out", type=float, default=TrainConfig.held_out,
+                       help="share of the offline Wikipedia leads held out (never cached: dynvocab eval prompts with them)")
+    cache.add_argument("--max-length", type=int, default=TrainConfig.max_length, help="tokens per chunk, as train cuts them")
+    cache.add_argument("--batch-size", type=int, default=8, help="chunks per LM forward pass")
+    cache.add_argument("--shard-chunks", type=int, default=256,
+                       help="chunks per shard: the unit of resuming, and of the work split between processes")
+    cache.add_argument("--output-dir", required=True, help="the cache folder; an interrupted build resumes there")
+    cache.set_defaults(func=cmd_cache_states)
+
     train_mwt = commands.add_parser(
         "train-mwt", dataclass_types=MultiWordTrainConfig, help="train the MWT baseline: frequent n-grams as static tokens"
     )
@@ -237,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hybrid only: each document's heaviest sparse entries kept in the posting lists "
                             "(raise both for an OT-only index)")
     index.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"])
+    index.add_argument("--include-held-out", action="store_true",
+                       help="embedded corpora: index the held-out documents too (dynvocab eval then refuses the index)")
     index.add_argument("--text-field", default="text")
     index.set_defaults(func=cmd_index)
 

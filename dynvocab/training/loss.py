@@ -28,6 +28,7 @@ class LossWeights:
     phrase: float = 1.0
     token: float = 1.0
     kl: float = 1.0
+    distill: float = 0.0  # token read-back only: phrase scores toward the LM's own log-probability of the phrase
 
 
 def encode_phrase_set(model: DynamicVocabLM, phrases: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,10 +40,9 @@ def encode_phrase_set(model: DynamicVocabLM, phrases: list[tuple[int, ...]]) -> 
     packed = prefix_groups(phrases)
     device = model.lm.get_input_embeddings().weight.device
     ids, mask = pad_sequences([longest for longest, _ in packed.groups], device=device)
-    vec_in, vec_out = model.phrase_encoder.encode_all_prefixes(ids, mask)
     group = torch.tensor(packed.group_of, device=device)
     last = torch.tensor(packed.length_of, device=device) - 1
-    return vec_in[group, last], vec_out[group, last]
+    return model.phrase_encoder.encode_prefixes(ids, mask, group, last)  # the head runs at the P phrase ends only
 
 
 def next_item_loss(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -96,9 +96,11 @@ def dynamic_vocab_loss(
 
 
 def weighted_total(terms: dict[str, torch.Tensor], weights: LossWeights, train_lm: bool) -> torch.Tensor:
-    """L_p + L_t + L_kl with their weights; L_t only when the LM trains."""
+    """L_p + L_t + L_kl with their weights; L_t only when the LM trains, L_kl where the objective has one."""
     token_term = weights.token * terms["token"] if train_lm else 0.0
-    return weights.phrase * terms["phrase"] + token_term + weights.kl * terms["kl"]
+    kl_term = weights.kl * terms["kl"] if "kl" in terms else 0.0
+    distill_term = weights.distill * terms["distill"] if "distill" in terms else 0.0
+    return weights.phrase * terms["phrase"] + token_term + kl_term + distill_term
 
 
 def term_counts(batch: MixedBatch) -> dict[str, torch.Tensor]:

@@ -10,6 +10,9 @@ Each source of the paper is a plain function (or a small class), and
 ``self-retrieval``  the gold phrase extended by the next tokens of its own text
 ``corpus-retrieval`` the gold phrase extended where it occurs in a support corpus
 ``generation``      the gold phrase extended by the base LM's greedy continuation
+``same-text``       other spans of the sample's own text that its sampler could have chosen:
+                    on topic but mostly in the wrong place, as phrases cut from a retrieved
+                    document are at decoding time (:func:`same_text_negatives`)
 ==================  ==========================================================
 
 :func:`group_by_prefix` packs phrases so one causal encoder pass over the longest
@@ -44,13 +47,14 @@ __all__ = [
     "group_by_prefix",
     "prefix_groups",
     "prefix_negatives",
+    "same_text_negatives",
     "self_retrieval_negatives",
 ]
 
 logger = logging.getLogger(__name__)
 
 Phrase = tuple[int, ...]
-SOURCES = ("in-batch", "pre-batch", "prefix", "self-retrieval", "corpus-retrieval", "generation")
+SOURCES = ("in-batch", "pre-batch", "prefix", "self-retrieval", "corpus-retrieval", "generation", "same-text")
 
 
 def prefix_negatives(phrase: Sequence[int]) -> list[Phrase]:
@@ -73,6 +77,14 @@ def self_retrieval_negatives(
     start, end = sample.phrase_spans[span_index]
     last = min(end + n, len(sample.token_ids), start + max_phrase_tokens)
     return [tuple(sample.token_ids[start:stop]) for stop in range(end + 1, last + 1)]
+
+
+def same_text_negatives(sample: MixedSample, n: int, rng: random.Random) -> list[Phrase]:
+    """Up to ``n`` distinct phrases of ``sample.candidate_spans`` that are not its golds, drawn at random."""
+    golds = set(sample.phrases())
+    spans = list(dict.fromkeys(tuple(sample.token_ids[a:b]) for a, b in sample.candidate_spans))
+    spans = [p for p in spans if p not in golds]
+    return rng.sample(spans, min(n, len(spans)))
 
 
 @torch.no_grad()
@@ -178,6 +190,7 @@ class NegativeSampler:
         max_occurrences: int = 16,
         generation_tokens: int = 3,
         generation_phrases: int = 16,
+        same_text_phrases: int = 16,
         max_phrase_tokens: int = 8,
         max_negatives: int | None = None,
         seed: int = 0,
@@ -197,7 +210,7 @@ class NegativeSampler:
         self.queue = PreBatchQueue(num_prebatches)
         self.retrieval_tokens, self.max_occurrences = retrieval_tokens, max_occurrences
         self.generation_tokens, self.max_phrase_tokens = generation_tokens, max_phrase_tokens
-        self.generation_phrases = generation_phrases
+        self.generation_phrases, self.same_text_phrases = generation_phrases, same_text_phrases
         self.max_negatives = max_negatives
         self.rng = random.Random(seed)
 
@@ -248,6 +261,8 @@ class NegativeSampler:
                 for gold in golds
                 for p in self.successor_index.successors(gold, self.retrieval_tokens, self.max_occurrences)
             ]
+        if name == "same-text":
+            return [p for sample in batch for p in same_text_negatives(sample, self.same_text_phrases, self.rng)]
         if name == "generation" and golds:
             short = [gold for gold in golds if len(gold) < self.max_phrase_tokens]
             if len(short) > self.generation_phrases:  # continuing every gold through the whole LM costs too much

@@ -48,11 +48,13 @@ _FALLBACK_WORDS = re.compile(r"\w+|[^\w\s]+")
 class MixedSample:
     """A text in LM tokens plus the token spans that each become one phrase.
 
-    ``phrase_spans`` holds ``[start, end)`` token indices, sorted and non-overlapping.
+    ``phrase_spans`` holds ``[start, end)`` token indices, sorted and non-overlapping;
+    ``candidate_spans`` every span the sampler could have chosen (the ``same-text`` negatives).
     """
 
     token_ids: list[int]
     phrase_spans: list[tuple[int, int]] = field(default_factory=list)
+    candidate_spans: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         previous_end = 0
@@ -128,7 +130,8 @@ class SpanSampler:
                 position = end + self.min_gap
             else:
                 position += 1
-        return MixedSample(list(token_ids), spans)
+        candidates = [(start, end) for start, ends in starts.items() for end in ends]
+        return MixedSample(list(token_ids), spans, candidates)
 
     def pick_end(self, ends: list[int], rng: random.Random) -> int:
         """Choose one of the allowed ends (uniformly; FMM overrides this to take the longest)."""

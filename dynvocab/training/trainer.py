@@ -35,10 +35,13 @@ from ..serialization import write_model_files
 from .batching import MixedBatch, collate
 from .config import TrainConfig
 from .corpus import iter_texts, wikipedia_split
+from .cached_samples import cached_sample_stream, chunk_sample, split_chunks
 from .loss import LossWeights, dynamic_vocab_loss, term_counts, weighted_total
 from .negatives import NegativeSampler
 from ..ngrams import SuccessorIndex, mine_ngrams
-from .samples import FMMSampler, NIdsSampler, NWordsSampler, build_samples
+from .readback_loss import cached_readback_loss, token_readback_loss
+from .samples import FMMSampler, NIdsSampler, NWordsSampler, SpanSampler, build_samples
+from .state_cache import StateCache, build_state_cache, cache_key
 from .state import (
     TRAINER_STATE,
     complete_checkpoints,
@@ -59,7 +62,9 @@ __all__ = [
     "build_model",
     "cpu_processes",
     "epoch_texts",
+    "make_sampler",
     "mixed_precision",
+    "open_state_cache",
     "sample_stream",
     "training_texts",
 ]
@@ -70,22 +75,35 @@ LOG_FILE = "log.jsonl"
 
 
 class TrainingModule(nn.Module):
-    """Puts the whole loss in one ``forward`` so DDP/FSDP see every parameter used."""
+    """Puts the whole loss in one ``forward`` so DDP/FSDP see every parameter used.
 
-    def __init__(self, model: DynamicVocabLM, weights: LossWeights, train_lm: bool) -> None:
+    ``readback`` picks the objective: the paper's mixed view (``"vector"``), or the one
+    matched to token read-back (``"tokens"``), from cached states when ``forward`` gets them.
+    """
+
+    def __init__(
+        self, model: DynamicVocabLM, weights: LossWeights, train_lm: bool, readback: str = "vector",
+        spelling_negatives: bool = False,
+    ) -> None:
         super().__init__()
-        self.model, self.weights, self.train_lm = model, weights, train_lm
+        self.model, self.weights, self.train_lm, self.readback = model, weights, train_lm, readback
+        self.spelling_negatives = spelling_negatives
 
-    def forward(self, batch: MixedBatch) -> dict[str, torch.Tensor]:
-        terms = dynamic_vocab_loss(self.model, batch, self.weights, self.train_lm)
+    def forward(self, batch: MixedBatch, states: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        if states is not None:
+            terms = cached_readback_loss(self.model, batch, *states, self.weights, self.spelling_negatives)
+        elif self.readback == "tokens":
+            terms = token_readback_loss(self.model, batch, self.weights, self.train_lm, self.spelling_negatives)
+        else:
+            terms = dynamic_vocab_loss(self.model, batch, self.weights, self.train_lm)
         if PartialState().num_processes == 1:
             return terms
         # each term is a mean over this rank's positions; weigh it by this rank's share of all ranks' positions,
         # so that the mean over ranks (the gradient DDP makes, the figure logged) is the mean over every position,
         # as one process with the whole global batch computes it
-        counts = {name: count.float() for name, count in term_counts(batch).items()}
+        counts = {name: count.float() for name, count in term_counts(batch).items() if name in terms}
         totals = reduce(counts, "mean")
-        terms = {name: terms[name] * counts[name] / totals[name].clamp(min=1) for name in counts}
+        terms = terms | {name: terms[name] * counts[name] / totals[name].clamp(min=1) for name in counts}
         terms["loss"] = weighted_total(terms, self.weights, self.train_lm)
         return terms
 
@@ -103,6 +121,7 @@ def build_model(config: TrainConfig) -> DynamicVocabLM:
     elif config.mode == "frozen":
         lm.requires_grad_(False)
     model = DynamicVocabLM.from_causal_lm(lm, tokenizer, encoder_layers=config.encoder_layers)
+    model.dynvocab_config.readback = model.dynvocab_config.trained_readback = config.readback
     model.phrase_encoder.requires_grad_(True)
     if config.mode != "full":
         model.phrase_encoder.body.get_input_embeddings().requires_grad_(False)
@@ -135,13 +154,7 @@ def sample_stream(
     """
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard={shard} must be in [0, num_shards={num_shards})")
-    if config.phrases == "n-words":
-        sampler = NWordsSampler(min_gap=config.min_gap, phrase_prob=config.phrase_prob)
-    elif config.phrases == "n-ids":
-        sampler = NIdsSampler(min_gap=config.min_gap, phrase_prob=config.phrase_prob)
-    else:
-        frequent = mine_ngrams(support, min_n=2, max_n=8, min_count=2, top_k=config.fmm_top_k, tokenizer=tokenizer)
-        sampler = FMMSampler(set(frequent), min_gap=config.min_gap)
+    sampler = make_sampler(config, tokenizer, support)
     rng = random.Random(config.seed)
 
     def epochs() -> Iterator:
@@ -164,6 +177,35 @@ def sample_stream(
         yield batch[shard * config.batch_size : (shard + 1) * config.batch_size]
 
 
+def make_sampler(config: TrainConfig, tokenizer, support: list[list[int]]) -> SpanSampler:
+    """The span sampler ``config.phrases`` names (FMM mines its n-grams from ``support``)."""
+    if config.phrases == "n-words":
+        return NWordsSampler(min_gap=config.min_gap, phrase_prob=config.phrase_prob)
+    if config.phrases == "n-ids":
+        return NIdsSampler(min_gap=config.min_gap, phrase_prob=config.phrase_prob)
+    frequent = mine_ngrams(support, min_n=2, max_n=8, min_count=2, top_k=config.fmm_top_k, tokenizer=tokenizer)
+    return FMMSampler(set(frequent), min_gap=config.min_gap)
+
+
+def state_cache_command(config: TrainConfig, output_dir: str = "NEW_DIR") -> str:
+    """The command that builds the state cache ``config`` trains from."""
+    return (f"dynvocab cache-states --model {config.model} --data {config.data} --max-length {config.max_length} "
+            f"--output-dir {output_dir}, then train with --state-cache {output_dir}")
+
+
+def open_state_cache(
+    config: TrainConfig, model: DynamicVocabLM, texts: list[str], directory: Path, batch_size: int = 8,
+    shard_chunks: int = 256,
+) -> StateCache:
+    """The state cache of ``texts`` under the frozen LM, built (or resumed) first where it is not complete;
+    with ``config.incomplete_cache`` the shards finished so far, as they are."""
+    hint = state_cache_command(config)
+    key = cache_key(model.lm, model.tokenizer, texts, config.max_length, "bfloat16")
+    if not config.incomplete_cache:
+        build_state_cache(model.lm, model.tokenizer, texts, directory, config.max_length, batch_size, shard_chunks, rebuild_hint=hint)
+    return StateCache.open(directory, key, hint, allow_incomplete=config.incomplete_cache)
+
+
 class Trainer:
     """Trains the phrase encoder (and the LM, by ``config.mode``) with L_p + L_t + L_kl."""
 
@@ -175,6 +217,8 @@ class Trainer:
         )
         set_seed(config.seed)
         texts = training_texts(config)  # the data is read before the model loads: a bad path fails at once
+        if config.uses_state_cache:
+            texts = list(texts)  # the state cache keeps every text (and support_texts must not use up a stream)
         support_texts = list(itertools.islice(iter(texts), config.support_texts))
         if not support_texts:
             raise ValueError(
@@ -184,6 +228,10 @@ class Trainer:
         self.model = build_model(config)
         self.tokenizer = self.model.tokenizer
         self.output_dir = Path(config.output_dir)
+        self.cache = None
+        if config.uses_state_cache:
+            cache_dir = Path(config.state_cache) if config.state_cache else self.output_dir / "state-cache"
+            self.cache = open_state_cache(config, self.model, texts, cache_dir)
         self.support = self.tokenizer(support_texts, add_special_tokens=False)["input_ids"]
         names = config.negative_names
         self.negatives = NegativeSampler(
@@ -198,7 +246,9 @@ class Trainer:
         optimizer = torch.optim.AdamW(self._parameter_groups(), lr=config.learning_rate, weight_decay=config.weight_decay)
         scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.max_steps)
         module = TrainingModule(
-            self.model, LossWeights(config.phrase_weight, config.token_weight, config.kl_weight), config.mode != "frozen"
+            self.model, LossWeights(config.phrase_weight, config.token_weight, config.kl_weight, config.distill_weight),
+            config.mode != "frozen",
+            config.readback, config.spelling_negatives,
         )
         # the scheduler is not prepared: accelerate would step a prepared one once per process and optimizer step,
         # so on N processes the warm-up and decay would run N times too fast; it is stepped here once per optimizer
@@ -206,6 +256,75 @@ class Trainer:
         self.module, self.optimizer = self.accelerator.prepare(module, optimizer)
         self.scheduler = scheduler
         self.step = 0
+
+    def train_step(self, stream: Iterator[list]) -> dict[str, float]:
+        """One optimizer step (``grad_accum`` batches of ``stream``); returns the last batch's terms, averaged over processes."""
+        accelerator = self.accelerator
+        for _ in range(self.config.grad_accum):
+            samples, states = self._batch_states(next(stream))
+            batch = collate(samples, self.negatives(samples), self.model.vocab_size, self.negatives.in_batch)
+            with accelerator.accumulate(self.module):
+                terms = self.module(batch.to(accelerator.device), states)
+                accelerator.backward(terms["loss"])
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
+                self.optimizer.step()
+                if accelerator.sync_gradients:
+                    self.scheduler.step()
+                self.optimizer.zero_grad()
+        self.step += 1
+        last = {k: float(v) for k, v in accelerator.reduce({k: v.detach() for k, v in terms.items()}, "mean").items()}
+        return last | {"phrases": len(batch.phrases), "tokens": int(batch.token_mask.sum())}
+
+    # ------------------------------------------------------------------ data
+    def _stream(self) -> Iterator[list]:
+        """Batches of this process: samples of the texts, or ``(chunk, sample)`` pairs over the state cache."""
+        config, accelerator = self.config, self.accelerator
+        if self.cache is None:
+            return sample_stream(config, self.tokenizer, self.support, accelerator.process_index, accelerator.num_processes)
+        sampler = make_sampler(config, self.tokenizer, self.support)
+        return cached_sample_stream(self.cache, self.tokenizer, sampler, config.batch_size, config.seed,
+                                    accelerator.process_index, accelerator.num_processes)
+
+    def _batch_states(self, items: list) -> tuple[list, tuple[torch.Tensor, torch.Tensor] | None]:
+        """The batch's samples, and their cached states when training from the cache."""
+        if self.cache is None:
+            return items, None
+        chunks, samples = zip(*items)
+        return list(samples), self.cache.states(chunks, self.accelerator.device)
+
+    def _validation_batches(self) -> list:
+        """Fixed held-out batches: chunks of the held-out texts, spans and negatives drawn once with a fixed seed."""
+        config = self.config
+        held_out = split_chunks(self.cache)[1][: config.validation_chunks]
+        if not held_out:
+            raise ValueError(f"the state cache {self.cache.directory} holds no held-out chunk for eval_every; set eval_every=0")
+        sampler, rng = make_sampler(config, self.tokenizer, self.support), random.Random(config.seed)
+        names = [n for n in config.negative_names if n != "pre-batch"]
+        negatives = NegativeSampler(names, successor_index=self.negatives.successor_index,
+                                    max_phrase_tokens=self.model.dynvocab_config.max_phrase_tokens,
+                                    max_negatives=config.max_negatives, seed=config.seed)
+        pairs = [(i, s) for i in held_out if (s := chunk_sample(self.cache, i, self.tokenizer, sampler, rng)).phrase_spans]
+        batches = []
+        for start in range(0, len(pairs), config.batch_size):
+            chunks, samples = zip(*pairs[start : start + config.batch_size])
+            batches.append((list(chunks), collate(samples, negatives(samples), self.model.vocab_size, negatives.in_batch)))
+        return batches
+
+    @torch.no_grad()
+    def validate(self, batches: list) -> dict[str, float]:
+        """``val_phrase`` (L_p), ``val_accuracy`` (against ``val_token_accuracy``, phrases off) and ``val_phrase_mass``
+        over the held-out batches, position-weighted."""
+        totals, positions = {"phrase": 0.0, "distill": 0.0, "accuracy": 0.0, "token_accuracy": 0.0, "phrase_mass": 0.0}, 0
+        for chunks, batch in batches:
+            terms = cached_readback_loss(self.model, batch.to(self.accelerator.device),
+                                         *self.cache.states(chunks, self.accelerator.device),
+                                         spelling_negatives=self.config.spelling_negatives)
+            count = int(term_counts(batch)["phrase"])
+            positions += count
+            for name in totals:
+                totals[name] += float(terms[name]) * count
+        return {f"val_{name}": value / max(positions, 1) for name, value in totals.items()}
 
     def _parameter_groups(self) -> list[dict]:
         """What trains, in one group; or, with ``lm_learning_rate``, the LM's trained weights in a second group at that rate."""
@@ -223,7 +342,8 @@ class Trainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if accelerator.is_main_process:
             config.save(self.output_dir)
-        stream = sample_stream(config, self.tokenizer, self.support, accelerator.process_index, accelerator.num_processes)
+        stream = self._stream()
+        validation = self._validation_batches() if config.eval_every else None
         if resume:
             self._resume(stream)
         bar = tqdm(total=config.max_steps, initial=self.step, desc="train", disable=not accelerator.is_local_main_process)
@@ -232,23 +352,11 @@ class Trainer:
         self.module.train()
         while self.step < config.max_steps:
             lr = self.scheduler.get_last_lr()[0]
-            for _ in range(config.grad_accum):
-                samples = next(stream)
-                batch = collate(samples, self.negatives(samples), self.model.vocab_size, self.negatives.in_batch)
-                with accelerator.accumulate(self.module):
-                    terms = self.module(batch.to(accelerator.device))
-                    accelerator.backward(terms["loss"])
-                    if accelerator.sync_gradients:
-                        accelerator.clip_grad_norm_(self.module.parameters(), config.max_grad_norm)
-                    self.optimizer.step()
-                    if accelerator.sync_gradients:
-                        self.scheduler.step()
-                    self.optimizer.zero_grad()
-            self.step += 1
-            last = {k: float(v) for k, v in accelerator.reduce({k: v.detach() for k, v in terms.items()}, "mean").items()}
-            last["phrases"] = len(batch.phrases)
-            bar.set_postfix({k: f"{v:.3f}" for k, v in last.items() if k != "phrases"})
+            last = self.train_step(stream)
+            bar.set_postfix({k: f"{v:.3f}" for k, v in last.items() if k not in ("phrases", "tokens")})
             bar.update()
+            if validation is not None and (self.step % config.eval_every == 0 or self.step == config.max_steps):
+                last |= self.validate(validation)
             if log is not None and (self.step % config.log_every == 0 or self.step == config.max_steps):
                 record = {"step": self.step, "seconds": round(time.perf_counter() - started, 2), "lr": lr, **last}
                 log.write(json.dumps(record) + "\n")
@@ -273,6 +381,11 @@ class Trainer:
     def _write_export(self, directory: Path) -> None:
         model = self.accelerator.unwrap_model(self.module).model
         write_model_files(model, directory)
+        if self.cache is not None:  # what the encoder trained on: the cache's key and how much of it was there
+            available = self.cache.available
+            record = {"key": self.cache.key, "chunks": int(available.sum()), "of_chunks": len(available),
+                      "training_chunks": len(split_chunks(self.cache)[0])}
+            (directory / "state_cache.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         if self.config.mode == "lora":
             model.lm.save_pretrained(directory / LM_ADAPTER)
         elif self.config.mode == "full":
@@ -295,6 +408,8 @@ class Trainer:
                 "step": self.step, "num_processes": accelerator.num_processes,
                 "log_bytes": log.stat().st_size if log.exists() else 0,
             }
+            if self.cache is not None:
+                trainer_state["cached_chunks"] = int(self.cache.available.sum())
             with atomic_directory(directory) as staging:
                 self._write_export(staging)
                 save_trainable(staging, accelerator.unwrap_model(self.module))
@@ -319,6 +434,11 @@ class Trainer:
                 f"{latest} was written by a run on {saved} process(es) and this run has {now}: the sample stream and "
                 f"the RNG and negatives state are split by process, so resume with --num_processes {saved} "
                 "(keeping --batch-size), or start a new --output-dir"
+            )
+        if self.cache is not None and state.get("cached_chunks", len(self.cache)) != int(self.cache.available.sum()):
+            logger.warning(
+                "%s trained on %d cached chunks and %d are written now: the resumed sample stream differs from the one the "
+                "interrupted run would have seen", latest, state["cached_chunks"], int(self.cache.available.sum()),
             )
         self.load_checkpoint(latest)
         for _ in range(self.step * self.config.grad_accum):

@@ -156,7 +156,8 @@ def test_a_file_that_fails_verification_is_named_with_how_to_fix_it(tmp_path):
     with atomic_directory(tmp_path / "out") as staging:
         write(staging, "one")
     (tmp_path / "out" / "payload.txt").write_text("two")
-    fix = "the file was edited, truncated or corrupted after it was saved; restore it or save the folder again"
+    fix = ("the file was edited, truncated or corrupted after it was saved; restore it or save the folder again "
+           r"\(an edit made on purpose, e.g. to a config: load with verify=False\)")
     with pytest.raises(ValueError, match=f"payload.txt does not match .*: {fix}$"):
         verify(tmp_path / "out")
     (tmp_path / "out" / "payload.txt").unlink()

@@ -55,6 +55,10 @@ CASES = [
     ("add_phrases a bare string", lambda m: m.add_phrases("big red dog"), TypeError, "pass ['big red dog']"),
     ("add_phrases a Phrase alone", lambda m: m.add_phrases(Phrase("big red dog")), TypeError, "single phrase"),
     ("add_phrases bytes", lambda m: m.add_phrases([b"big red dog"]), TypeError, "got bytes"),
+    ("set_phrases bytes", lambda m: m.set_phrases(b" New York City"), TypeError, "decode the bytes"),
+    ("set_phrases a lone surrogate", lambda m: m.set_phrases(["New \ud800 York"]), ValueError, "not valid Unicode"),
+    ("set_phrases a special token inside", lambda m: m.set_phrases(["<|endoftext|> The end"]), ValueError,
+     "special token '<|endoftext|>'"),
     ("remove_phrases a bare string", lambda m: m.remove_phrases("New York City"), TypeError, "pass ['New York City']"),
     ("remove_phrases an int", lambda m: m.remove_phrases(5), TypeError, "must be a list of phrases"),
     ("remove_phrases None", lambda m: m.remove_phrases(None), TypeError, "must be a list of phrases"),
@@ -68,6 +72,7 @@ CASES = [
     ("decode a negative id", lambda m: m.decode([-5]), ValueError, "negative"),
     ("decode a 2-D tensor", lambda m: m.decode(torch.zeros(2, 2, dtype=torch.long)), ValueError, "pass ids[row]"),
     ("decode a string", lambda m: m.decode("abc"), TypeError, "decode ids, not text"),
+    ("decode None", lambda m: m.decode(None), TypeError, "ids must be a sequence of ints"),
     ("decode a float tensor", lambda m: m.decode(torch.tensor([1.5])), TypeError, "integer tensor"),
     ("decode floats in a list", lambda m: m.decode([1.5, 2.0]), TypeError, "sequence of ints"),
     ("segments an id past the table", lambda m: m.segments([10**9]), ValueError, "past the vocabulary"),
@@ -92,6 +97,17 @@ CASES = [
      ValueError, "> 0"),
     ("generate phrase_agreement_top_k < 0", lambda m: m.generate(prompt(m), max_new_tokens=2, phrase_agreement_top_k=-2),
      ValueError, "positive int"),
+    ("generate an empty prompt", lambda m: m.generate(torch.zeros(1, 0, dtype=torch.long), max_new_tokens=2), ValueError,
+     "at least one token"),
+    ("generate a prompt id one past the table",
+     lambda m: m.generate(torch.tensor([[5, m.vocab_size + len(m.phrase_table)]]), max_new_tokens=2), ValueError,
+     "outside the vocabulary"),
+    ("generate a prompt id 10**6 past the table", lambda m: m.generate(torch.tensor([[5, 10**6 + m.vocab_size]]),
+                                                                     max_new_tokens=2), ValueError, "outside the vocabulary"),
+    ("generate a negative prompt id", lambda m: m.generate(torch.tensor([[5, -1]]), max_new_tokens=2), ValueError,
+     "outside the vocabulary"),
+    ("generate float prompt ids", lambda m: m.generate(prompt(m).float(), max_new_tokens=2), TypeError, "ids.long()"),
+    ("generate a 1-D prompt", lambda m: m.generate(prompt(m)[0], max_new_tokens=2), ValueError, "ids[None]"),
     ("generate inputs_embeds under token read-back",
      lambda m: m.generate(inputs_embeds=torch.zeros(1, 2, 16), max_new_tokens=2), ValueError, "needs input_ids"),
     # ---- construction and configs
@@ -121,6 +137,10 @@ CASES = [
      "unknown arguments"),
     ("from_pretrained a missing folder", lambda m: DynamicVocabLM.from_pretrained("/no/such/dir", m.lm, m.tokenizer),
      FileNotFoundError, "does not exist"),
+    ("from_pretrained a None base model", lambda m: DynamicVocabLM.from_pretrained(_a_dir(), None, m.tokenizer),
+     TypeError, "base_model must be the causal LM"),
+    ("from_pretrained a None tokenizer", lambda m: DynamicVocabLM.from_pretrained(_a_dir(), m.lm, None), TypeError,
+     "tokenizer must be the LM's own"),
     ("from_pretrained an unknown keyword",
      lambda m: DynamicVocabLM.from_pretrained(_a_dir(), m.lm, m.tokenizer, device_map="auto"), TypeError,
      "unknown arguments"),
@@ -174,7 +194,13 @@ DISK_CASES = [
     ("manifest truncated", lambda d: (d / "dynvocab_manifest.json").write_text('{"format": "dynv'), ValueError,
      "corrupted"),
     ("encoder weights deleted", lambda d: (d / "phrase_encoder.safetensors").unlink(), FileNotFoundError, "is missing"),
+    ("config edited by hand", lambda d: _edit_config(d, phrase_score_bias=-1.5), ValueError, "load with verify=False"),
 ]
+
+
+def _edit_config(directory, **values):
+    path = directory / "dynvocab_config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | values))
 
 
 @pytest.mark.parametrize(("corrupt", "error", "fragment"), [c[1:] for c in DISK_CASES], ids=[c[0] for c in DISK_CASES])
@@ -234,3 +260,87 @@ def test_removing_an_unknown_phrase_warns(model, caplog):
     model.remove_phrases(["never added here"])
     assert "not in the table" in caplog.text
     assert len(model.phrases) == 4
+
+
+# ---- calls that must work: ids keep their meaning, phrases may change during generate(), numpy ints are ints
+
+
+class _AtStep(torch.nn.Module):
+    """A logits processor that runs ``action`` once, when the sequences reach ``length`` ids."""
+
+    def __init__(self, length, action):
+        super().__init__()
+        self.length, self.action, self.done = length, action, False
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[1] >= self.length and not self.done:
+            self.done = True
+            self.action()
+        return scores
+
+
+class _AllowedPhrasesWin(torch.nn.Module):
+    """Every phrase a row may use scores 1e4 (the first such phrase wins greedy decoding); the others -inf."""
+
+    def forward(self, hidden, vectors, mask=None):
+        scores = (hidden[..., :1] * 0 + 1e4).expand(*hidden.shape[:-1], vectors.shape[0]).clone()
+        return scores if mask is None else scores.masked_fill(~mask[:, None, :], float("-inf"))
+
+
+def test_removing_a_phrase_during_generate_never_changes_what_was_emitted(model):
+    model.scorer = _AllowedPhrasesWin()  # a phrase wins every step: New York City (the first) while it may
+    ids = prompt(model)
+    first = model.phrase_table.id_of("New York City")
+    removal = _AtStep(ids.shape[1] + 1, lambda: model.remove_phrases(["New York City"]))
+    out = model.generate(ids, max_new_tokens=4, do_sample=False, logits_processor=[removal])[0, ids.shape[1]:]
+    assert removal.done and out[0] == first  # emitted before the removal
+    assert first not in out[2:].tolist()  # the step under way when it was removed had scored it; none after
+    assert model.segments(out)[0].text == "New York City" and model.decode(out).startswith("New York City")
+    assert "New York City" not in {p.text for p in model.phrases}
+    model.add_phrases(["big red dog"])  # later changes leave the old ids alone too
+    assert model.decode(out).startswith("New York City")
+    model.add_phrases(["New York City"])  # added again: the same id comes back
+    assert model.phrase_table.id_of("New York City") == first and "New York City" in {p.text for p in model.phrases}
+
+
+def test_adding_phrases_during_generate_with_per_row_sets_works(model):
+    per_row(model)
+    ids = prompt(model, 2)
+    grow = _AtStep(ids.shape[1] + 1, lambda: model.add_phrases(["the blue ship"]))
+    out = model.generate(ids, max_new_tokens=3, do_sample=False, logits_processor=[grow])
+    assert grow.done and out.shape == (2, ids.shape[1] + 3)
+    assert model._row_masks.shape == (2, len(model.phrase_table)) and bool(model._row_masks[:, -1].all())
+
+
+def test_save_pretrained_dot_from_inside_the_folder(model, llama, tokenizer, tmp_path, monkeypatch):
+    target = tmp_path / "saved"
+    model.save_pretrained(target)
+    monkeypatch.chdir(target)
+    model.save_pretrained(".", save_phrases=True)
+    assert (target / "phrases.jsonl").is_file() and (tmp_path / "saved").samefile(".")
+    assert DynamicVocabLM.from_pretrained(".", copy.deepcopy(llama), tokenizer).phrases
+
+
+def test_a_config_edited_on_purpose_loads_with_verify_false(model, llama, tokenizer, tmp_path, caplog):
+    directory = _saved(model, tmp_path)
+    _edit_config(directory, phrase_score_bias=-1.5)
+    with caplog.at_level("WARNING"):
+        loaded = DynamicVocabLM.from_pretrained(directory, copy.deepcopy(llama), tokenizer, verify=False)
+    assert loaded.dynvocab_config.phrase_score_bias == -1.5 and "verify=False" in caplog.text
+    _flip_tail(directory / "phrase_encoder.safetensors")  # corruption is still refused by the weights' own check
+    with pytest.raises(ValueError):
+        DynamicVocabLM.from_pretrained(directory, copy.deepcopy(llama), tokenizer, verify=False)
+
+
+def test_integer_scalars_of_numpy_and_torch_are_ints():
+    import numpy as np
+
+    from dynvocab.config import as_int
+
+    assert as_int(np.int64(5), "k", minimum=1) == 5 and as_int(torch.tensor(3), "k") == 3
+    with pytest.raises(TypeError, match="not a bool"):
+        as_int(True, "k")
+    with pytest.raises(TypeError, match="k=2.5 must be a positive int"):
+        as_int(2.5, "k", minimum=1)
+    with pytest.raises(ValueError, match="k=0 must be a positive int"):
+        as_int(np.int32(0), "k", minimum=1)

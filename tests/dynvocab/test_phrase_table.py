@@ -47,11 +47,17 @@ def test_only_new_phrases_are_encoded(model, monkeypatch):
     assert [p.text for p in model.phrases] == [" New York City", " in the", " at the end"]
 
 
-def test_remove_keeps_vectors_aligned(model):
+def test_remove_keeps_every_id_and_vector_and_set_phrases_renumbers(model):
     model.set_phrases([" New York City", " of the", " in the"])
     vectors = model.phrase_table.output_vectors.clone()
+    ids = [model.phrase_table.id_of(p) for p in (" New York City", " of the", " in the")]
     model.remove_phrases([" of the", " not there"])
     assert [p.text for p in model.phrases] == [" New York City", " in the"]
+    assert [model.phrase_table.id_of(p) for p in (" New York City", " in the")] == [ids[0], ids[2]]
+    assert " of the" not in model.phrase_table and model.decode([ids[1]]) == " of the"
+    torch.testing.assert_close(model.phrase_table.output_vectors, vectors)
+    model.set_phrases([" New York City", " in the"])  # a new set: removed entries go, ids renumber
+    assert model.phrase_table.id_of(" in the") == ids[1]
     torch.testing.assert_close(model.phrase_table.output_vectors, vectors[[0, 2]])
 
 

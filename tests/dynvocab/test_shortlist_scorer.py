@@ -66,13 +66,15 @@ def test_add_remove_and_per_row_sets_keep_the_head_in_step(model, tokenizer):
         model.add_phrases(PHRASES[60:])
         grown = model(**prompt).logits
         assert model.scorer.head.vocab_size == len(model.phrase_table) == len(PHRASES)
-        model.remove_phrases(PHRASES[:20])
+        removed = [model.phrase_table.id_of(p) for p in PHRASES[:20]]
+        model.remove_phrases(PHRASES[:20])  # ids keep their meaning: the columns stay, never to win again
         shrunk = model(**prompt).logits
         assert model.scorer.head.vocab_size == len(model.phrase_table)
+        assert bool((shrunk[..., removed] == float("-inf")).all())
         model.set_phrases([PHRASES[:40], PHRASES[30:70]])
         rows = model(**prompt).logits[:, -1, model.vocab_size :]
     assert grown.shape[-1] == model.vocab_size + len(PHRASES)
-    assert shrunk.shape[-1] == model.vocab_size + len(PHRASES) - 20
+    assert shrunk.shape[-1] == model.vocab_size + len(PHRASES)
     for row, wanted in enumerate((PHRASES[:40], PHRASES[30:70])):
         allowed = {model.phrase_table.id_of(p) - model.vocab_size for p in wanted}
         assert set(torch.isfinite(rows[row]).nonzero().flatten().tolist()) <= allowed

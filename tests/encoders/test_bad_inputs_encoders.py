@@ -1,5 +1,7 @@
 """The encoders package's bad-input catalogue: loading, settings, encode arguments and pooling."""
 
+import copy
+
 import pytest
 import torch
 
@@ -24,6 +26,8 @@ CASES = [
     ("a config with max_length as a string", lambda e: DenseEncoderConfig(max_length="256"), ValueError, "positive int"),
     ("encode a batch size of 0", lambda e: e.encode(["a"], batch_size=0), ValueError, "batch_size=0"),
     ("encode ints", lambda e: e.encode([1, 2]), TypeError, "texts[0] is int"),
+    ("encode a text that tokenizes to nothing", lambda e: _no_specials(e).encode(["the cat", ""]), ValueError,
+     "tokenizes to no token"),
     ("encode None in the list", lambda e: e.encode(["a", None]), TypeError, "texts[1] is NoneType"),
     ("pool an unknown kind", lambda e: pool(torch.zeros(1, 2, 3), torch.ones(1, 2), "max2"), ValueError,
      "'mean' or 'cls'"),
@@ -37,3 +41,10 @@ def test_bad_input_is_refused_with_a_clear_error(encoder, call, error, fragment)
     with pytest.raises(error) as raised:
         call(encoder)
     assert fragment in str(raised.value)
+
+
+def _no_specials(encoder):
+    """The encoder with a tokenizer that adds no [CLS]/[SEP], so an empty text has no token at all."""
+    encoder.tokenizer = copy.deepcopy(encoder.tokenizer)
+    encoder.tokenizer._tokenizer.post_processor = None
+    return encoder

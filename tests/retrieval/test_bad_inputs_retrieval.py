@@ -35,7 +35,9 @@ CASES = [
      ValueError, "one per document"),
     ("search k = 0", lambda i, t: i.search(["cat"], k=0), ValueError, "positive int"),
     ("search k < 0", lambda i, t: i.search(["cat"], k=-1), ValueError, "positive int"),
-    ("search k a string", lambda i, t: i.search(["cat"], k="5"), ValueError, "positive int"),
+    ("search k a string", lambda i, t: i.search(["cat"], k="5"), TypeError, "positive int"),
+    ("search k a float", lambda i, t: i.search(["cat"], k=5.0), TypeError, "positive int"),
+    ("search an empty query", lambda i, t: i.search(["cat", "  "], k=3), ValueError, "query 1 is empty"),
     ("search None", lambda i, t: i.search(None, k=3), ValueError, "numeric (n, d) array"),
     ("search vectors of another dimension", lambda i, t: i.search(np.zeros((1, 7), np.float32), k=3), ValueError,
      "use the same encoder"),
@@ -47,6 +49,8 @@ CASES = [
      ValueError, "8-dim vectors"),
     ("load a truncated metadata file", lambda i, t: DocumentIndex.load(_damaged(i, t, "metadata.json", b"{")),
      ValueError, "truncated or corrupted"),
+    ("load metadata without index_bytes", lambda i, t: DocumentIndex.load(_without(i, t, "index_bytes")), ValueError,
+     "lacks ['index_bytes']"),
     ("load an index file with flipped bytes", lambda i, t: DocumentIndex.load(_damaged(i, t, "index.faiss", None)),
      ValueError, "index.faiss"),
     ("save onto a file", lambda i, t: i.save(_a_file(t)), ValueError, "it is a file"),
@@ -86,6 +90,14 @@ def _damaged(index, tmp_path, name, content):
     return directory
 
 
+def _without(index, tmp_path, key):
+    directory = _saved(index, tmp_path)
+    metadata = json.loads((directory / "metadata.json").read_text())
+    del metadata[key]
+    (directory / "metadata.json").write_text(json.dumps(metadata))
+    return directory
+
+
 def _a_file(tmp_path):
     (tmp_path / "a-file").write_text("x")
     return tmp_path / "a-file"
@@ -111,3 +123,12 @@ def test_saving_over_an_index_keeps_the_users_other_files(index, tmp_path):
     assert (directory / "notes.md").read_text() == "why I built it"
     assert DocumentIndex.load(directory, HashEncoder()).search(["cat"], k=2)[1].shape == (1, 2)
     assert "notes.md" not in json.loads((directory / "dynvocab_manifest.json").read_text())["files"]
+
+
+def test_numpy_and_torch_integers_are_accepted_wherever_an_int_is(index):
+    import torch
+
+    expected = index.search(["cat"], k=3)[1]
+    assert (index.search(["cat"], k=np.int64(3))[1] == expected).all()
+    assert (index.search(["cat"], k=torch.tensor(3))[1] == expected).all()
+    index.set_search_param(np.int32(4))

@@ -185,3 +185,21 @@ def test_the_phrase_bias_reaches_plain_and_verified_decoding(pipeline, verified)
     assert pipeline(prompt).phrase_steps >= 1
     pipeline.config = PipelineConfig(**settings, phrase_bias=-2e4)
     assert pipeline(prompt).phrase_steps == 0
+
+
+@pytest.mark.parametrize(("call", "error", "fragment"), [
+    (lambda p: p(""), ValueError, "prompt 0 is empty"),
+    (lambda p: p("   \n"), ValueError, "prompt 0 is empty"),
+    (lambda p: p.batch(["The river", ""]), ValueError, "prompt 1 is empty"),
+    (lambda p: p.batch("The river"), TypeError, "pass [prompt]"),
+    (lambda p: p(None), TypeError, "prompt 0 is NoneType"),
+], ids=["empty", "whitespace", "empty in a batch", "a bare string as batch", "None"])
+def test_a_prompt_without_text_is_refused_at_the_door(pipeline, call, error, fragment):
+    with pytest.raises(error, match=None) as raised:
+        call(pipeline)
+    assert fragment in str(raised.value)
+
+
+def test_phrases_with_special_tokens_are_left_out_of_the_candidates(pipeline):
+    documents = [{"id": "odd", "text": "The river runs <|endoftext|> past the old mill and the old mill stands."}]
+    assert all("<|endoftext|>" not in p.text for p in pipeline.candidates(documents))

@@ -43,3 +43,38 @@ def test_flags_are_typed_from_the_config_fields_under_both_spellings():
     assert (args.max_steps, args.learning_rate, args.mode, args.batch_size) == (3, 0.5, "frozen", 8)
     args = build_parser().parse_args(["generate", "--index", "i", "--prompt", "p", "--max-chars", "40", "--do-sample"])
     assert (args.max_chars, args.do_sample, args.realtime) == (40, True, False)
+
+
+def test_cache_states_then_train_from_the_cache(workspace, capsys):
+    main(["cache-states", "--model", str(workspace / "lm"), "--data", str(workspace / "train.txt"), "--max-length", "32",
+          "--output-dir", str(workspace / "states")])
+    built = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert built["chunks"] > 30 and "--state-cache" in built["train_with"]
+    main(["train", "--model", str(workspace / "lm"), "--data", str(workspace / "train.txt"), "--output-dir",
+          str(workspace / "cached-run"), "--state-cache", str(workspace / "states"), "--max-steps", "2", "--batch-size",
+          "2", "--max-length", "32", "--negatives", "in-batch,prefix,same-text"])
+    assert json.loads((workspace / "cached-run" / "final" / "dynvocab_config.json").read_text())["trained_readback"] == "tokens"
+    with pytest.raises(SystemExit) as exit_info:  # the cache is of 32-token chunks: another length is another cache
+        main(["train", "--model", str(workspace / "lm"), "--data", str(workspace / "train.txt"), "--output-dir",
+              str(workspace / "stale-run"), "--state-cache", str(workspace / "states"), "--max-length", "16"])
+    assert exit_info.value.code == 2
+    assert "max_length 32 (wanted 16)" in capsys.readouterr().err
+
+
+def test_index_of_an_embedded_corpus_leaves_the_held_out_part_out_and_eval_refuses_one_that_has_it(workspace, capsys):
+    from dynvocab.corpora import corpus_split
+    from retrieval import DocumentIndex
+
+    training, held_out = corpus_split("licenses")
+    encoder = ["--encoder", str(workspace / "encoder")]
+    main(["index", "--data", "licenses", "--output", str(workspace / "clean"), *encoder])
+    assert f"the training part of licenses: its {len(held_out)} held-out documents" in capsys.readouterr().out
+    main(["index", "--data", "licenses", "--include-held-out", "--output", str(workspace / "leaky"), *encoder])
+    assert "held-out documents included" in capsys.readouterr().out
+    held_ids = {d["id"] for d in held_out}
+    assert not held_ids & {d["id"] for d in DocumentIndex.load(workspace / "clean").documents}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--data", "licenses", "--index", str(workspace / "leaky"), *encoder, "--model", str(workspace / "lm"),
+              "--systems", "dynamic-untrained", "--num-prompts", "1", "--output-dir", str(workspace / "eval")])
+    assert exit_info.value.code == 2
+    assert "held-out licenses documents the evaluation prompts with" in capsys.readouterr().err

@@ -106,9 +106,23 @@ def test_training_data_without_a_sample_is_refused_not_looped_on(root, text):
         ("phrases", "sentences", ValueError, "phrases="),
         ("negatives", "prefix,psychic", ValueError, "psychic"),
         ("mode", "half", ValueError, "mode="),
+        ("readback", "bytes", ValueError, "readback='bytes'"),
+        ("negatives", "in-batch,generation", ValueError, "drop 'generation'"),
+        ("eval_every", -1, ValueError, "eval_every=-1 must be >= 0"),
+        ("validation_chunks", 0, ValueError, "validation_chunks=0 must be >= 1"),
+        ("spelling_negatives", "yes", TypeError, "must be bool"),
     ],
 )
 def test_bad_training_settings_are_named(field, value, error, fragment):
     with pytest.raises(error) as raised:
         TrainConfig(**{field: value})
     assert fragment in str(raised.value)
+
+
+def test_an_output_dir_or_cache_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    for field in ("output_dir", "state_cache"):
+        with pytest.raises(ValueError, match=f"{field}=.*is an existing file"):
+            TrainConfig(**{field: str(tmp_path / "a-file")})
+    with pytest.raises(ValueError, match="needs readback='tokens' with mode='frozen'"):
+        TrainConfig(readback="vector", eval_every=10)

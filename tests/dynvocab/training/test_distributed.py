@@ -81,7 +81,7 @@ def test_two_processes_train_as_one_with_the_same_global_batch_and_resume_togeth
     assert [r["lr"] for r in two] == [r["lr"] for r in one]  # the warm-up and decay run once, not once per process
     assert two[-1]["lr"] > 0
     for a, b in zip(one, two):
-        for term in ("loss", "phrase", "token", "kl"):
+        for term in ("loss", "phrase", "token", "phrase_mass", "accuracy"):
             assert abs(a[term] - b[term]) < LOSS_TOLERANCE, (a, b)
     reference = weights(setup, "one")
     for key, value in weights(setup, "two").items():
@@ -89,7 +89,7 @@ def test_two_processes_train_as_one_with_the_same_global_batch_and_resume_togeth
 
     # each checkpoint once, by the main process; every rank's RNG and negatives state inside it
     assert sorted(p.name for p in (setup / "two").iterdir()) == [
-        "checkpoint-2", "checkpoint-4", "final", "log.jsonl", "train_config.json"
+        "checkpoint-2", "checkpoint-4", "final", "log.jsonl", "state-cache", "train_config.json"
     ]
     checkpoint = setup / "two" / "checkpoint-2"
     assert {"trainer_state.json", "dynvocab_manifest.json"} <= {p.name for p in checkpoint.iterdir()}
@@ -141,3 +141,20 @@ def test_the_mwt_baseline_trains_on_two_processes_as_on_one(setup):
     rows = load_file(setup / "mwt-two" / WEIGHTS_NAME)
     for name, value in load_file(setup / "mwt-one" / WEIGHTS_NAME).items():
         torch.testing.assert_close(rows[name], value, atol=WEIGHT_TOLERANCE, rtol=0)
+
+
+def test_two_processes_write_the_state_cache_one_process_writes(setup):
+    from transformers import AutoModelForCausalLM
+
+    from dynvocab.training.state_cache import build_state_cache
+    from dynvocab.training.trainer import training_texts
+
+    launch_two_processes(setup, "cache-two", "--shard-chunks", "16", command="cache-states", settings={"max_length": 32})
+    lm = AutoModelForCausalLM.from_pretrained(setup / "lm", dtype=torch.float32)
+    texts = list(training_texts(config(setup, "cache-one", batch_size=2)))
+    one = build_state_cache(lm, AutoTokenizer.from_pretrained(setup / "lm"), texts, setup / "cache-one", max_length=32,
+                            batch_size=2, shard_chunks=16)
+    shards = json.loads((one / "cache_config.json").read_text())["shards"]
+    assert shards > 2 and json.loads((setup / "cache-two" / "cache_config.json").read_text())["complete"]
+    for name in ("chunks.npy", "tokens.npy", "hidden.npy", "token_stats.npy", "texts.jsonl"):
+        assert (setup / "cache-two" / name).read_bytes() == (one / name).read_bytes(), name

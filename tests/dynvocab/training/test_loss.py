@@ -53,8 +53,8 @@ def test_phrase_set_encoding_uses_one_pass_per_prefix_group(llama, tokenizer):
     model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
     phrases = [(5, 6, 7), (5, 6), (8, 9), (5, 6, 7, 8)]
     calls = []
-    original = model.phrase_encoder.encode_all_prefixes
-    model.phrase_encoder.encode_all_prefixes = lambda ids, mask: calls.append(ids.shape) or original(ids, mask)
+    original = model.phrase_encoder.encode_prefixes
+    model.phrase_encoder.encode_prefixes = lambda ids, mask, *at: calls.append(ids.shape) or original(ids, mask, *at)
     with torch.no_grad():
         vec_in, vec_out = encode_phrase_set(model, phrases)
         ref_in, ref_out = model.phrase_encoder.encode_ids(phrases)
@@ -139,3 +139,12 @@ def test_without_in_batch_negatives_a_row_competes_only_with_its_own_phrases(lla
     # fewer phrases in each row's softmax: every gold id gets more probability, the token view is the same
     assert float(own["phrase"]) < float(shared["phrase"])
     assert float(own["token"]) == float(shared["token"])
+
+
+def test_weighted_total_adds_the_terms_each_objective_has():
+    terms = {name: torch.tensor(value) for name, value in (("phrase", 1.0), ("token", 2.0), ("kl", 3.0), ("distill", 4.0))}
+    weights = LossWeights(phrase=1.0, token=1.0, kl=1.0, distill=0.5)
+    assert float(weighted_total(terms, weights, train_lm=True)) == 1 + 2 + 3 + 2
+    readback = {name: terms[name] for name in ("phrase", "token", "distill")}  # token read-back: no L_kl
+    assert float(weighted_total(readback, weights, train_lm=False)) == 1 + 2
+    assert float(weighted_total(readback, LossWeights(distill=0.0), train_lm=True)) == 1 + 2

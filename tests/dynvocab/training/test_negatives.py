@@ -193,3 +193,27 @@ def test_negative_sampler_state_dict_resumes_exactly():
     resumed = NegativeSampler(["pre-batch", "prefix"], num_prebatches=2, max_negatives=2, seed=99)
     resumed.load_state_dict(state)
     assert [resumed(batch) for batch in batches[4:]] == expected
+
+
+def test_same_text_negatives_are_other_candidate_spans_of_the_sample_never_its_golds():
+    import random
+
+    from dynvocab.training.negatives import same_text_negatives
+
+    sample = MixedSample([1, 2, 3, 4, 5, 6, 7], [(0, 2)], candidate_spans=[(0, 2), (2, 4), (3, 6), (4, 6), (5, 7)])
+    drawn = same_text_negatives(sample, 3, random.Random(0))
+    assert len(drawn) == 3 and len(set(drawn)) == 3
+    assert set(drawn) <= {(3, 4), (4, 5, 6), (5, 6), (6, 7)} and (1, 2) not in drawn
+    assert sorted(same_text_negatives(sample, 10, random.Random(0))) == [(3, 4), (4, 5, 6), (5, 6), (6, 7)]
+    sampler = NegativeSampler(["same-text"], seed=0)
+    assert set(sampler([sample])) <= {(3, 4), (4, 5, 6), (5, 6), (6, 7)}
+
+
+def test_a_sampler_records_every_span_it_could_have_chosen():
+    import random
+
+    from dynvocab.training.samples import NIdsSampler
+
+    sample = NIdsSampler(min_tokens=2, max_tokens=3, min_gap=1, phrase_prob=0.0)(list(range(5)), rng=random.Random(0))
+    assert sample.phrase_spans == []
+    assert sorted(sample.candidate_spans) == [(0, 2), (0, 3), (1, 3), (1, 4), (2, 4), (2, 5), (3, 5)]

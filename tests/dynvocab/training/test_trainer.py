@@ -105,3 +105,50 @@ def test_an_export_loads_back_with_what_the_lm_learned(setup, mode):
     assert not torch.allclose(untouched, expected, atol=1e-3)  # the LM did learn: a load without it would fail above
     for (name, a), b in zip(trained.phrase_encoder.state_dict().items(), loaded.phrase_encoder.state_dict().values()):
         torch.testing.assert_close(b, a, msg=name)
+
+
+def test_frozen_token_readback_trains_from_the_state_cache_and_resumes_exactly(setup):
+    import json
+
+    settings = dict(mode="frozen", readback="tokens", eval_every=2, validation_chunks=8, state_cache=str(setup / "cache"))
+    Trainer(config(setup, "cached", **settings)).train()
+    interrupted = Trainer(config(setup, "cached-resumed", **settings))
+    interrupted.config.max_steps = 3
+    interrupted.train()
+    Trainer(config(setup, "cached-resumed", **settings)).train(resume=True)
+    straight = load_file(setup / "cached" / "final" / "phrase_encoder.safetensors")
+    resumed = load_file(setup / "cached-resumed" / "final" / "phrase_encoder.safetensors")
+    for name, tensor in straight.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    records = [json.loads(line) for line in (setup / "cached" / "log.jsonl").read_text().splitlines()]
+    assert {"val_phrase", "val_accuracy", "val_phrase_mass"} <= set(records[1]) and "kl" not in records[0]
+    saved = json.loads((setup / "cached" / "final" / "dynvocab_config.json").read_text())
+    assert saved["trained_readback"] == saved["readback"] == "tokens"
+
+
+def test_the_paper_objective_stays_for_vector_readback(setup):
+    import json
+
+    Trainer(config(setup, "vector", mode="frozen", readback="vector", max_steps=2)).train()
+    record = json.loads((setup / "vector" / "log.jsonl").read_text().splitlines()[-1])
+    assert "kl" in record
+    assert json.loads((setup / "vector" / "final" / "dynvocab_config.json").read_text())["trained_readback"] == "vector"
+
+
+def test_decoding_with_the_other_readback_warns(setup, caplog):
+    from dynvocab.loading import load_dynamic_lm
+
+    model = load_dynamic_lm(str(setup / "lm"), setup / "vector" / "final")
+    model.set_phrases([" the city of"])
+    with caplog.at_level("WARNING"):
+        model.generate(torch.tensor([[5, 17]]), max_new_tokens=2, do_sample=False)
+    assert not any("trained for readback" in r.message for r in caplog.records)
+    model.dynvocab_config.readback = "tokens"
+    with caplog.at_level("WARNING"):
+        model.generate(torch.tensor([[5, 17]]), max_new_tokens=2, do_sample=False)
+    assert any("trained for readback='vector'" in r.message for r in caplog.records)
+
+
+def test_generation_negatives_are_refused_where_the_lm_never_runs():
+    with pytest.raises(ValueError, match="'generation'.*cached"):
+        TrainConfig(mode="frozen", readback="tokens", negatives="in-batch,generation")
