@@ -22,6 +22,8 @@ import faiss
 import numpy as np
 import torch
 
+from dynvocab.precision import encode_autocast_dtype
+
 from dynvocab.assets import resolve_model
 from dynvocab.config import JsonConfig
 from dynvocab.corpora import corpus_split, fanoutqa_subquestions
@@ -134,8 +136,10 @@ def _dense(encoder: DenseEncoder, documents: list[dict], sets: dict[str, list[di
 
 
 def _dense_encoder(path: str, config: RetrievalEvalConfig) -> DenseEncoder:
-    """Mean pooling under bf16 autocast, as the hybrid encoders are run here."""
-    return DenseEncoder(path, max_length=config.max_length, amp_dtype="bfloat16")
+    """Mean pooling, under bf16 autocast where the device computes it natively (``dynvocab.precision``), as the hybrid
+    encoders are run here."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return DenseEncoder(path, max_length=config.max_length, amp_dtype=encode_autocast_dtype("auto", device))
 
 
 def _truncate(vectors: HybridVectors, representation: str) -> HybridVectors:
@@ -149,7 +153,8 @@ def _hybrid(encoder: HybridEncoder, documents: list[dict], sets: dict[str, list[
     """Every representation from one encoding (``both``: CLS plus the top 384 entries). Its metrics score every
     document exactly (the representation, not the index's pruning); the default index's MRR@10, top-10
     agreement with exact scoring and latency are recorded beside them."""
-    with torch.autocast("cuda" if encoder.device.type == "cuda" else "cpu", dtype=torch.bfloat16):
+    dtype = encode_autocast_dtype("auto", encoder.device)
+    with torch.autocast(encoder.device.type, dtype=dtype, enabled=dtype is not None):
         docs = encoder.encode([d["text"] for d in documents], show_progress_bar=True)
         encoded = {name: encoder.encode([q["question"] for q in queries], show_progress_bar=False)
                    for name, queries in sets.items()}
