@@ -112,6 +112,10 @@ class DynamicVocabConfig(JsonConfig):
         default=0.0, metadata={"help": "Calibration bias added to every phrase logit (negative: phrases win less often)."}
     )
     encode_batch_size: int = field(default=256, metadata={"help": "Phrases encoded per forward pass when caching vectors."})
+    phrase_cache_mb: int = field(
+        default=256, metadata={"help": "MiB of phrase output vectors kept across phrase sets (least recently used dropped "
+                                       "first), so a phrase encoded for one request is not encoded again; 0: off."}
+    )
     encode_dtype: str = field(
         default="auto",
         metadata={"help": "Compute dtype (autocast) of the phrase encoder at inference: 'float32', 'bfloat16', "
@@ -147,6 +151,8 @@ class DynamicVocabConfig(JsonConfig):
         check_encode_dtype(self.encode_dtype)
         if self.encode_batch_size < 1:
             raise ValueError(f"encode_batch_size must be >= 1, got {self.encode_batch_size}")
+        if self.phrase_cache_mb < 0:
+            raise ValueError(f"phrase_cache_mb must be >= 0 (0 turns the cache off), got {self.phrase_cache_mb}")
 
     def readback_mismatch(self) -> str | None:
         """A warning when the model decodes with another read-back than its encoder was trained for, else None."""

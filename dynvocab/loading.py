@@ -13,15 +13,19 @@ from .assets import resolve_model
 from .atomic import recover
 from .model import DynamicVocabLM
 
-__all__ = ["LM_ADAPTER", "LM_WEIGHTS", "SHIPPED_ENCODER", "load_dynamic_lm", "load_lm"]
+__all__ = ["LM_ADAPTER", "LM_WEIGHTS", "SHIPPED_CHECKPOINTS", "SHIPPED_ENCODER", "SHIPPED_MWT", "load_dynamic_lm", "load_lm"]
 
 logger = logging.getLogger(__name__)
 
 #: where a trainer export keeps the LM's LoRA adapter (``mode="lora"``) or its weights (``mode="full"``)
 LM_ADAPTER, LM_WEIGHTS = "lm_adapter", "lm_weights"
 
-#: a phrase encoder trained by `dynvocab train` (settings in its train_config.json), shipped so the demo starts at once
-SHIPPED_ENCODER = Path(__file__).resolve().parents[1] / "examples" / "checkpoints" / "smollm2-wikipedia"
+#: trained checkpoints that ship inside the package (wheel package data), so the demo starts at once
+SHIPPED_CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+#: a phrase encoder trained by `dynvocab train` (settings in its train_config.json)
+SHIPPED_ENCODER = SHIPPED_CHECKPOINTS / "smollm2-wikipedia"
+#: the multi-word-token baseline trained by `dynvocab train-mwt`
+SHIPPED_MWT = SHIPPED_CHECKPOINTS / "smollm2-wikipedia-mwt"
 
 
 def load_lm(name: str) -> tuple[torch.nn.Module, object]:

@@ -20,6 +20,7 @@ from .assets import resolve_model
 from .config import DynamicVocabConfig
 from .agreement import FirstTokenMass, PhraseAgreement, PhraseBias
 from .phrase_encoder import PhraseEncoder, unwrap_model
+from .phrase_cache import PhraseVectorCache
 from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
 from .precision import encode_autocast_dtype
 from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
@@ -72,9 +73,10 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self.generation_config = base.generation_config
         self.vocab_size = base.get_input_embeddings().num_embeddings
         self.phrase_table = PhraseTable(tokenizer, self.vocab_size, config.max_phrase_tokens)
-        self._row_masks: torch.Tensor | None = None
-        self._row_sources: list[dict[str, str | None]] | None = None
         self._encoded_version: int | None = None
+        #: output vectors of phrases encoded so far, by token ids: free when a later phrase set brings them back
+        self.phrase_cache = PhraseVectorCache(config.phrase_cache_mb * 2**20)
+        self._cache_key: tuple | None = None  # the encoder version and dtypes the cached vectors were made with
         self._expansion_key: tuple | None = None  # the table version and device the read-back's lookup was built for
         self._expansion_cache: tuple[torch.Tensor, torch.Tensor] | None = None
         self._lm_takes_logits_to_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
@@ -149,16 +151,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             )
         per_row = kinds == {True}
         rows = [phrase_list(row, f"phrases[{i}]") for i, row in enumerate(items)] if per_row else [items]
-        expand = self.phrase_table.with_mid_sentence_forms if mid_sentence_forms else lambda row: row
-        checked = [self.phrase_table.validate(expand(row)) for row in rows]
-        wanted = {p.text for row in checked for p, _ in row}
-        self.phrase_table.keep([i for i, p in enumerate(self.phrase_table.phrases) if p.text in wanted])
-        for row in checked:
-            self.phrase_table.add_validated(row)
-        self.phrase_table.update_sources(p for row in checked for p, _ in row)
-        self._row_masks = self._build_row_masks(checked) if per_row else None
-        # a text may come from different documents in different rows: each row keeps its own sources
-        self._row_sources = [{p.text: p.source for p, _ in reversed(row)} for row in checked] if per_row else None
+        self.phrase_table.set_rows(rows, per_row, mid_sentence_forms)
         self.refresh_phrase_vectors(only_new=True)
 
     def add_phrases(self, phrases: Sequence[PhraseLike], mid_sentence_forms: bool = True) -> None:
@@ -168,12 +161,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         every row may use them from the next step on.
         """
         phrases = phrase_list(phrases)
-        before = len(self.phrase_table)
         self.phrase_table.add(self.phrase_table.with_mid_sentence_forms(phrases) if mid_sentence_forms else phrases)
-        if self._row_masks is not None:
-            grown = torch.ones(self._row_masks.shape[0], len(self.phrase_table), dtype=torch.bool)
-            grown[:, :before] = self._row_masks
-            self._row_masks = grown
         self.refresh_phrase_vectors(only_new=True)
 
     def remove_phrases(self, phrases: Sequence[PhraseLike]) -> None:
@@ -190,26 +178,37 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         removed = {p.text for p in self.phrase_table.with_mid_sentence_forms(phrases)}
         self.phrase_table.remove(i for i, p in enumerate(self.phrase_table.phrases) if p.text in removed)
 
-    def _build_row_masks(self, rows) -> torch.Tensor:
-        masks = torch.zeros(len(rows), len(self.phrase_table), dtype=torch.bool)
-        for r, row in enumerate(rows):
-            for phrase, _ in row:
-                masks[r, self.phrase_table.id_of(phrase) - self.vocab_size] = True
-        return masks
-
     def _encoder_version(self) -> int:
         return sum(p._version for p in self.phrase_encoder.parameters())
 
     @torch.no_grad()
     def refresh_phrase_vectors(self, only_new: bool = False) -> None:
-        """Encode the table's phrases: the ones without vectors, or all when the encoder changed."""
-        table = self.phrase_table
-        if not only_new or self._encoded_version != self._encoder_version():
+        """Vectors for the table's phrases: the ones without vectors, or all when the encoder changed; each comes from
+        ``phrase_cache`` when an earlier phrase set had it encoded."""
+        table, version = self.phrase_table, self._encoder_version()
+        if not only_new or self._encoded_version != version:
             table.forget_vectors()
         todo = table.token_ids[table.num_encoded :]
         if todo:
-            table.append_output_vectors(self._encode(todo)[1].to(getattr(torch, self.dynvocab_config.phrase_dtype)))
-        self._encoded_version = self._encoder_version()
+            table.append_output_vectors(self._output_vectors(todo, version))
+        self._encoded_version = version
+
+    def _output_vectors(self, token_ids: list[tuple[int, ...]], version: int) -> torch.Tensor:
+        """Output vectors ``(n, d)`` of ``token_ids`` in ``phrase_dtype``: cached ones reused, the rest encoded."""
+        settings = self.dynvocab_config
+        key = (version, settings.encode_dtype, settings.phrase_dtype)
+        if key != self._cache_key:  # vectors of another encoder (or dtype) must not be served
+            self.phrase_cache.clear()
+            self._cache_key = key
+        dtype = getattr(torch, settings.phrase_dtype)
+        found, missing = self.phrase_cache.split(token_ids)
+        if missing:
+            encoded = self._encode([token_ids[i] for i in missing])[1].to(dtype)
+            self.phrase_cache.put([token_ids[i] for i in missing], encoded)
+            if not found:
+                return encoded
+            found |= dict(zip(missing, encoded))
+        return torch.stack([found[i] for i in range(len(token_ids))]).to(self.device, dtype)
 
     def _encode(self, token_ids: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Input and output vectors ``(n, d)`` of ``token_ids``, in eval mode and ``encode_dtype``."""
@@ -245,14 +244,15 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             raise TypeError(f"tokenize takes a str, got {type(text_).__name__} {text_!r}; tokenize one text at a time")
         allowed = None
         if row is not None:
-            rows = 1 if self._row_masks is None else self._row_masks.shape[0]
+            rows = self.phrase_table.num_rows or 1
             row = row if isinstance(row, bool) or not hasattr(row, "__index__") else operator.index(row)  # numpy ints
             if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < rows:
                 raise ValueError(
                     f"row={row!r} is not a row of the phrase sets: set_phrases gave {rows} row(s); pass 0..{rows - 1} or None"
                 )
-            if self._row_masks is not None:
-                allowed = set(self._row_masks[row].nonzero().flatten().tolist())
+            masks = self.phrase_table.row_masks()
+            if masks is not None:
+                allowed = set(masks[row].nonzero().flatten().tolist())
         return text.tokenize(text_, self.tokenizer, self.phrase_table, allowed)
 
     def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False) -> str:
@@ -266,11 +266,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         After ``set_phrases`` with one list per row, ``row`` gives the sources of that row's set
         (the same text may come from another document in another row).
         """
-        sources = None
-        if row is not None and self._row_sources is not None:
-            if not 0 <= row < len(self._row_sources):
-                raise ValueError(f"row={row} but the phrase sets have {len(self._row_sources)} rows")
-            sources = self._row_sources[row]
+        sources = None if row is None else self.phrase_table.row_sources(row)
         return text.segments(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens, sources)
 
     def text_streamer(self, skip_prompt: bool = True, **decode_kwargs) -> TextStreamer:
@@ -337,7 +333,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         vec_in, vec_out = phrase_vectors if phrase_vectors is not None else self._cached_vectors()
         if inputs_embeds is None:
             inputs_embeds = self.embed(input_ids, vec_in)
-        if phrase_mask is None and self._row_masks is not None and phrase_vectors is None:
+        if phrase_mask is None and self.phrase_table.num_rows is not None and phrase_vectors is None:
             phrase_mask = self._default_row_mask(inputs_embeds.shape[0])
         if phrase_vectors is None:
             phrase_mask = self._live_phrase_mask(phrase_mask, inputs_embeds.shape[0], inputs_embeds.device)
@@ -395,13 +391,14 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         return _checked_phrase_mask(mask, batch, table).to(device) & live
 
     def _default_row_mask(self, batch_size: int) -> torch.Tensor:
-        rows = self._row_masks.shape[0]
+        masks = self.phrase_table.row_masks()
+        rows = masks.shape[0]
         if batch_size != rows:
             raise ValueError(
                 f"set_phrases gave {rows} per-row phrase sets but the batch has {batch_size} rows; pass one phrase "
                 "list per row to set_phrases, or a phrase_mask of shape (batch, phrases)"
             )
-        return self._row_masks
+        return masks
 
     # ------------------------------------------------------------------ generation
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, past_key_values=None, attention_mask=None,
@@ -465,14 +462,15 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             self._warned_readback = mismatch
         self._cached_vectors()
         kwargs = self._phrase_aware_repetition(kwargs)
-        if self._row_masks is not None and kwargs.get("phrase_mask") is None:
+        masks = self.phrase_table.row_masks()
+        if masks is not None and kwargs.get("phrase_mask") is None:
             batch = inputs.shape[0] if inputs is not None else kwargs["inputs_embeds"].shape[0]
-            if batch != self._row_masks.shape[0]:
+            if batch != masks.shape[0]:
                 raise ValueError(
-                    f"set_phrases was given {self._row_masks.shape[0]} phrase lists but generate() got "
-                    f"{batch} prompts; give one list per prompt"
+                    f"set_phrases was given {masks.shape[0]} phrase lists but generate() got {batch} prompts; give "
+                    "one list per prompt"
                 )
-            kwargs["phrase_mask"] = self._row_masks.to(self.device)
+            kwargs["phrase_mask"] = masks.to(self.device)
         self._generating_width = len(self.phrase_table)
         try:
             return super().generate(*args, **kwargs)

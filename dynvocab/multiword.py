@@ -128,7 +128,12 @@ class MultiWordLM:
         return cls(lm, vocab)
 
     def save_pretrained(self, directory: str | Path, **metadata) -> None:
-        """The n-grams (as ids and text), the new embedding rows and ``metadata``; the LM is not written."""
+        """The n-grams (as ids and text), the new embedding rows and ``metadata``, swapped in whole; the LM is not written."""
+        with atomic_directory(directory) as staging:
+            self.write_files(staging, **metadata)
+
+    def write_files(self, directory: Path, **metadata) -> None:
+        """What :meth:`save_pretrained` saves, written into ``directory`` as it is (a staging folder)."""
         v = self.vocab
         matrices = self.embedding_matrices(self.lm)
         payload = {
@@ -138,9 +143,8 @@ class MultiWordLM:
             "ngrams": [list(g) for g in v.ngrams], "texts": [v.tokenizer.decode(g) for g in v.ngrams], **metadata,
         }
         rows = {name: m[v.vocab_size :].detach().float().cpu().contiguous() for name, m in zip(("input", "output"), matrices)}
-        with atomic_directory(directory) as staging:
-            (staging / CONFIG_NAME).write_text(json.dumps(payload, indent=1) + "\n")
-            save_file(rows, str(staging / WEIGHTS_NAME))
+        (directory / CONFIG_NAME).write_text(json.dumps(payload, indent=1) + "\n")
+        save_file(rows, str(directory / WEIGHTS_NAME))
 
     @classmethod
     @torch.no_grad()

@@ -97,6 +97,8 @@ class PhraseTable:
         self.output_vectors: torch.Tensor | None = None
         self.input_vectors: dict[int, torch.Tensor] = {}
         self.removed: set[int] = set()  # table indices removed since the last keep(): decodable, never emitted
+        self._row_masks: torch.Tensor | None = None  # (rows, width) per-row sets of set_rows; None: all rows share
+        self._row_sources: list[dict[str, str | None]] | None = None
         self._shared_ints: dict[int, int] = {}
         self.version = 0  # bumped whenever the phrases or their order change (derived lookups key on it)
         #: objects kept in step with the table (a shortlist scorer), held weakly: told ``phrases_kept(indices)``
@@ -235,9 +237,58 @@ class PhraseTable:
                 updated.add(phrase.text)
                 self.phrases[index] = phrase
 
+    # ------------------------------------------------------------------ the phrase set, shared or per batch row
+    def set_rows(self, rows: Sequence[Sequence[PhraseLike]], per_row: bool, mid_sentence_forms: bool = True) -> None:
+        """Make the table exactly the phrases of ``rows`` (kept ones keep their vectors; ids renumber).
+
+        With ``per_row`` each batch row may use only its own list (and phrases added later); otherwise
+        ``rows`` holds one list that every row shares. A text may come from different documents in
+        different rows: each row keeps its own sources. With ``mid_sentence_forms`` a phrase also enters
+        in the form running text uses (:meth:`with_mid_sentence_forms`).
+        """
+        expand = self.with_mid_sentence_forms if mid_sentence_forms else list
+        checked = [self.validate(expand(row)) for row in rows]
+        wanted = {p.text for row in checked for p, _ in row}
+        self.keep([i for i, p in enumerate(self.phrases) if p.text in wanted])
+        for row in checked:
+            self.add_validated(row)
+        self.update_sources(p for row in checked for p, _ in row)
+        if per_row:
+            masks = torch.zeros(len(checked), len(self), dtype=torch.bool)
+            for r, row in enumerate(checked):
+                masks[r, [self.id_of(p) - self.vocab_size for p, _ in row]] = True
+            self._row_masks = masks
+            self._row_sources = [{p.text: p.source for p, _ in reversed(row)} for row in checked]
+
+    @property
+    def num_rows(self) -> int | None:
+        """How many per-row sets :meth:`set_rows` made; None when every row shares the table."""
+        return None if self._row_masks is None else self._row_masks.shape[0]
+
+    def row_masks(self) -> torch.Tensor | None:
+        """``(rows, len(self))``: which phrases each row may use (phrases added since :meth:`set_rows` are
+        shared by every row); None when every row shares the table."""
+        masks = self._row_masks
+        if masks is not None and masks.shape[1] < len(self):
+            masks = torch.cat([masks, masks.new_ones(masks.shape[0], len(self) - masks.shape[1])], dim=1)
+            self._row_masks = masks
+        return masks
+
+    def row_sources(self, row: int) -> dict[str, str | None] | None:
+        """Phrase text -> source document in ``row``'s own set; None when every row shares the table."""
+        if self._row_sources is None:
+            return None
+        if not 0 <= row < len(self._row_sources):
+            raise ValueError(f"row={row} but the phrase sets have {len(self._row_sources)} rows")
+        return self._row_sources[row]
+
     def keep(self, indices: Sequence[int]) -> None:
-        """Keep only the phrases at these table indices, in this order, with their vectors (ids renumber)."""
+        """Keep only the phrases at these table indices, in this order, with their vectors (ids renumber).
+
+        Per-row sets end here (their ids would no longer hold): :meth:`set_rows` makes new ones.
+        """
         self.removed = set()
+        self._row_masks = self._row_sources = None
         self.phrases = [self.phrases[i] for i in indices]
         self.token_ids = [self.token_ids[i] for i in indices]
         self.version += 1

@@ -65,7 +65,8 @@ def generate_verified(
     if not isinstance(accept_top_k, int) or accept_top_k < 1:
         raise ValueError(f"accept_top_k must be a positive int, got {accept_top_k!r}")
     vocab, table = model.vocab_size, model.phrase_table
-    mask = None if row is None or model._row_masks is None else model._row_masks[row : row + 1].to(model.device)
+    masks = model.phrase_table.row_masks()
+    mask = None if row is None or masks is None else masks[row : row + 1].to(model.device)
     processors = logits_processor or LogitsProcessorList()
     warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature), TopPLogitsWarper(top_p)] if do_sample else [])
     stopping = stopping_criteria or StoppingCriteriaList()

@@ -5,7 +5,7 @@ Each metric is a plain function over precomputed inputs with an optional step th
 computes them; none keeps a global model cache. MAUVE needs ``pip install dynvocab[evals]``.
 """
 
-from .citation_metrics import Statement, alce_citation_scores, answer_support, exact_provenance, hf_entailment, split_statements
+from .qa.citations import Statement, alce_citation_scores, answer_support, exact_provenance, hf_entailment, split_statements
 from .compression import CompressionResult, compression, compression_from_segments
 from .latency import LatencyStats, StageTimer, summarize, time_callable
 from .mauve import (
@@ -18,8 +18,8 @@ from .mauve import (
     sentence_embedding_features,
 )
 from .perplexity import PerplexityResult, perplexity, perplexity_from_logprobs, token_logprobs
-from .qa_metrics import exact_match, normalize_answer, qa_scores, rouge_l, str_em, token_f1
-from .ranking import hits_at_k, mrr_at_k, ndcg_at_k, ranking_metrics, recall_at_k
+from .qa.metrics import exact_match, normalize_answer, qa_scores, rouge_l, str_em, token_f1
+from .retrieval.ranking import hits_at_k, mrr_at_k, ndcg_at_k, ranking_metrics, recall_at_k
 from .repetition import RepetitionResult, diversity, ngram_counts, rep_n
 
 __all__ = [

@@ -27,15 +27,12 @@ from tqdm.auto import tqdm
 
 from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
+from dynvocab.loading import SHIPPED_ENCODER, SHIPPED_MWT
 
 from .latency import STAGES, StageTimer
 from .systems import BASES, OPTIONS, TRAINED, SystemSpec, parse_system
 
 logger = logging.getLogger(__name__)
-
-#: the MWT baseline trained by `dynvocab train-mwt` with the shipped phrase encoder's budget (settings inside)
-SHIPPED_MWT = Path(__file__).resolve().parents[1] / "examples" / "checkpoints" / "smollm2-wikipedia-mwt"
-
 
 @dataclass
 class EvalConfig:
@@ -192,7 +189,6 @@ class Generators:
 
     def checkpoint(self, spec: SystemSpec) -> Path:
         """The system's ``:checkpoint=``, else ``--checkpoint``, else the shipped encoder."""
-        from dynvocab.loading import SHIPPED_ENCODER
 
         return Path(spec.get("checkpoint", None) or self.config.checkpoint or SHIPPED_ENCODER)
 

@@ -12,7 +12,7 @@ Every figure comes from this one run, side by side:
     after garbage collection and ``malloc_trim``; the one-off fit time.
 
 Phrases are real: token n-grams (2-8 SmolLM2 tokens) cut from the 10,033 Wikipedia leads,
-ranked by frequency, encoded by the shipped phrase encoder (examples/checkpoints/smollm2-wikipedia).
+ranked by frequency, encoded by the shipped phrase encoder (dynvocab/checkpoints/smollm2-wikipedia).
 
     python examples/benchmark_shortlist.py --vectors-cache .cache/shortlist/vectors-1e6.safetensors
     python examples/benchmark_shortlist.py --tiny      # a quick smoke run
@@ -21,6 +21,7 @@ ranked by frequency, encoded by the shipped phrase encoder (examples/checkpoints
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -30,17 +31,27 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_core import resident_gb, time_steps  # noqa: E402
+from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
+from dynvocab.assets import wikipedia_leads
+from dynvocab.corpora import corpus_split
+from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+from dynvocab.scoring import DotProductScorer
+from dynvocab.shortlist import ShortlistHead
+from dynvocab.shortlist_scorer import SCORER_DEFAULTS
+from retrieval import extract_phrases
 
-from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer  # noqa: E402
-from dynvocab.assets import wikipedia_leads  # noqa: E402
-from dynvocab.corpora import corpus_split  # noqa: E402
-from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm  # noqa: E402
-from dynvocab.scoring import DotProductScorer  # noqa: E402
-from dynvocab.shortlist import ShortlistHead  # noqa: E402
-from dynvocab.shortlist_scorer import SCORER_DEFAULTS  # noqa: E402
-from retrieval import extract_phrases  # noqa: E402
+
+def _sibling(name: str):
+    """Another script of examples/ (not a package), imported by its file path."""
+    spec = importlib.util.spec_from_file_location(f"examples_{name}", Path(__file__).resolve().parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_core = _sibling("benchmark_core")
+resident_gb, time_steps = _core.resident_gb, _core.time_steps
 
 
 @torch.no_grad()

@@ -12,6 +12,7 @@ models, so it runs on a CPU in minutes:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -23,7 +24,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+HELPERS = ROOT / "tests" / "helpers.py"  # tiny random models and a model-free encoder, shared with the tests
+
+
+def _helpers():
+    """``tests/helpers.py`` (tests/ is not an installed package), imported by its file path."""
+    spec = importlib.util.spec_from_file_location("kill_trials_helpers", HELPERS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 SAVE_CHILD = """
 import sys, itertools, torch
@@ -39,10 +49,10 @@ for i in itertools.count():
 """
 
 INDEX_CHILD = """
-import sys, itertools
-sys.path.insert(0, sys.argv[3])
+import importlib.util, itertools, sys
+spec = importlib.util.spec_from_file_location("kill_trials_helpers", sys.argv[3])
+helpers = importlib.util.module_from_spec(spec); spec.loader.exec_module(helpers); HashEncoder = helpers.HashEncoder
 from retrieval import DocumentIndex
-from tests.helpers import HashEncoder
 docs = [{"id": f"d{i}", "text": f"the cat sat on mat {i}"} for i in range(2000)]
 indexes = [DocumentIndex.build(docs[:1000], HashEncoder()), DocumentIndex.build(docs, HashEncoder())]
 print("ready", flush=True)
@@ -62,8 +72,8 @@ def tiny_lm(folder: Path) -> Path:
     from transformers import GPT2TokenizerFast
 
     from dynvocab.assets import gpt2_tokenizer_dir
-    from tests.helpers import tiny_llama
 
+    tiny_llama = _helpers().tiny_llama
     tokenizer = GPT2TokenizerFast.from_pretrained(gpt2_tokenizer_dir())
     tiny_llama(len(tokenizer)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -76,7 +86,7 @@ def run_and_kill(
 ) -> float:
     """Start ``code`` in a subprocess, SIGKILL it after a random delay, counted from "ready" when it prints one,
     or from the moment the file ``started`` exists and is not empty."""
-    env = os.environ | {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
     child = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              env=env, text=True)
     if wait_ready:
@@ -114,12 +124,12 @@ def save_trials(trials: int, lm_dir: Path, work: Path, rng: random.Random) -> di
 
 def index_trials(trials: int, work: Path, rng: random.Random) -> dict:
     from retrieval import DocumentIndex
-    from tests.helpers import HashEncoder
 
+    HashEncoder = _helpers().HashEncoder
     outcomes = []
     for trial in range(trials):
         path = work / f"index-{trial}"
-        run_and_kill(INDEX_CHILD, ["-", str(path), str(ROOT)], (0.05, 1.0), rng, wait_ready=True)
+        run_and_kill(INDEX_CHILD, ["-", str(path), str(HELPERS)], (0.05, 1.0), rng, wait_ready=True)
         try:
             index = DocumentIndex.load(path, HashEncoder())
             outcomes.append("loaded" if len(index) in (1000, 2000) else f"wrong size {len(index)}")

@@ -3,7 +3,7 @@ learned and the training-free (centroid) shortlist, the MiniLM + FAISS dense ret
 latency at batch 1 and batched, a 1e6-id head (random rows past the trained ones) for the timing, and the
 batched beam search against its per-query Python loop.
 
-Documents: the 10,033 Wikipedia leads; docids: their titles (see retrieval.nar_data). Test queries: one
+Documents: the 10,033 Wikipedia leads; docids: their titles (see retrieval.nar.data). Test queries: one
 held-out sentence per lead (a seeded sample) and the 558 FanOutQA dev sub-questions whose evidence is a lead.
 
     python examples/nar_experiment.py --output results/nar          # the full run (about an hour on 2 cores)
@@ -27,12 +27,12 @@ import torch
 
 from dynvocab.assets import wikipedia_leads
 from dynvocab.shortlist import ShortlistConfig, ShortlistHead
-from evals.ranking import hits_at_k, paired_relative_interval, ranking_metrics, reciprocal_ranks
-from retrieval.docid_trie import DocidTrie, beam_search, beam_search_reference
-from retrieval.nar_data import fanoutqa_queries, split_queries
-from retrieval.nar_model import NarConfig, NarRetriever
-from retrieval.nar_pipeline import docid_tokenizer, rank_documents, train_retriever
-from retrieval.nar_training import NarTrainConfig, cached_features, docid_targets, fit_learned_head
+from evals.retrieval.ranking import hits_at_k, paired_relative_interval, ranking_metrics, reciprocal_ranks
+from retrieval.nar.trie import DocidTrie, beam_search, beam_search_reference
+from retrieval.nar.data import fanoutqa_queries, split_queries
+from retrieval.nar.model import NarConfig, NarRetriever
+from retrieval.nar.pipeline import docid_tokenizer, rank_documents, train_retriever
+from retrieval.nar.training import NarTrainConfig, cached_features, docid_targets, fit_learned_head
 
 
 def metrics(rankings: list[list[int]], gold: list[int], full: list[list[int]] | None = None) -> dict:

@@ -12,7 +12,7 @@ from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from dynvocab.precision import encode_autocast_dtype
 from encoders import DenseEncoder
 
-from .index import DocumentIndex
+from .index.dense import DocumentIndex
 
 __all__ = ["demo_index", "document_encoder", "is_hybrid_encoder", "leads_index", "load_stack"]
 
@@ -65,8 +65,8 @@ def load_stack(model: str, checkpoint: str | None, index_dir: str, encoder: str)
     if is_hybrid_encoder(encoder):
         from encoders.hybrid import HybridEncoder
 
-        from .hybrid_index import HybridIndex
-        from .hybrid_storage import saved_representation
+        from .index.hybrid import HybridIndex
+        from .index.hybrid_storage import saved_representation
 
         hybrid = HybridEncoder.from_pretrained(encoder, representation=saved_representation(Path(index_dir)))
         index = HybridIndex.load(index_dir, encoder=hybrid)

@@ -18,7 +18,7 @@ from dynvocab.padding import pad_id
 from dynvocab.stopping import CharacterBudget
 from dynvocab.verification import generate_verified
 
-from .index import DocumentIndex
+from .index.dense import DocumentIndex
 from .phrases import extract_phrases
 from .timing import STAGES, StageTimer
 

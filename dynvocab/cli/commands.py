@@ -43,15 +43,15 @@ def cmd_train_mwt(args: argparse.Namespace) -> None:
     from ..training.multiword import MultiWordTrainConfig, train_multiword
 
     config = dataclass_from_args(MultiWordTrainConfig, args)
-    _, log = train_multiword(config)
-    print(json.dumps({"output_dir": config.output_dir, **log[-1]}))
+    _, log = train_multiword(config, resume=args.resume)
+    print(json.dumps({"output_dir": config.output_dir, "model": str(Path(config.output_dir) / "final"), **log[-1]}))
 
 
 def cmd_index(args: argparse.Namespace) -> None:
     from encoders import DenseEncoder
     from encoders.hybrid import HybridEncoder
     from retrieval import DocumentIndex
-    from retrieval.hybrid_index import HybridIndex
+    from retrieval.index.hybrid import HybridIndex
     from retrieval.loading import document_encoder, is_hybrid_encoder
 
     from ..assets import resolve_model
@@ -119,7 +119,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
 
 def cmd_pretrain_encoder(args: argparse.Namespace) -> None:
-    from retrieval.pretraining import PretrainConfig, pretrain
+    from retrieval.training.pretraining import PretrainConfig, pretrain
 
     config = dataclass_from_args(PretrainConfig, args)
     final = pretrain(config, resume=args.resume)
@@ -127,7 +127,7 @@ def cmd_pretrain_encoder(args: argparse.Namespace) -> None:
 
 
 def cmd_finetune_encoder(args: argparse.Namespace) -> None:
-    from retrieval.finetuning import FinetuneConfig, finetune
+    from retrieval.training.finetuning import FinetuneConfig, finetune
 
     config = dataclass_from_args(FinetuneConfig, args)
     final = finetune(config, resume=args.resume)
@@ -135,21 +135,21 @@ def cmd_finetune_encoder(args: argparse.Namespace) -> None:
 
 
 def cmd_eval_retrieval(args: argparse.Namespace) -> None:
-    from evals.retrieval_eval import RetrievalEvalConfig, evaluate_retrieval
+    from evals.retrieval.protocol import RetrievalEvalConfig, evaluate_retrieval
 
     config = dataclass_from_args(RetrievalEvalConfig, args)
     print(evaluate_retrieval(config, "dynvocab " + " ".join(args.argv)).read_text())
 
 
 def cmd_build_vocab(args: argparse.Namespace) -> None:
-    from retrieval.nar_cli import build_vocab
+    from retrieval.nar.recipes import build_vocab
 
     print(json.dumps(build_vocab(args.data, args.output, args)))
 
 
 def cmd_nar_train(args: argparse.Namespace) -> None:
-    from retrieval.nar_cli import nar_train
-    from retrieval.nar_training import NarTrainConfig
+    from retrieval.nar.recipes import nar_train
+    from retrieval.nar.training import NarTrainConfig
 
     from ..shortlist import ShortlistConfig
 
@@ -159,7 +159,7 @@ def cmd_nar_train(args: argparse.Namespace) -> None:
 
 
 def cmd_nar_search(args: argparse.Namespace) -> None:
-    from retrieval.nar_cli import nar_search
+    from retrieval.nar.recipes import nar_search
 
     for query, hits in zip(args.query, nar_search(args.model, args.query, args.shortlist, args.k, args.beam)):
         print(query)
@@ -169,7 +169,7 @@ def cmd_nar_search(args: argparse.Namespace) -> None:
 
 def cmd_qa(args: argparse.Namespace) -> None:
     from retrieval.loading import load_stack
-    from retrieval.qa import CitationQA, QAConfig
+    from retrieval.qa.answering import CitationQA, QAConfig
 
     config = dataclass_from_args(QAConfig, args)
     documents = [_document_arg(text, n) for n, text in enumerate(args.document or [], start=1)] or None
@@ -206,8 +206,8 @@ def _document_arg(text: str, number: int) -> dict:
 
 
 def cmd_eval_qa(args: argparse.Namespace) -> None:
-    from evals.qa_eval import QAEvalConfig, generate_answers
-    from evals.qa_report import write_report
+    from evals.qa.protocol import QAEvalConfig, generate_answers
+    from evals.qa.report import write_report
 
     config = dataclass_from_args(QAEvalConfig, args)
     records, items, evidence, pages = generate_answers(config)
@@ -216,16 +216,16 @@ def cmd_eval_qa(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from evals.protocol import EvalConfig
-    from evals.qa_eval import QAEvalConfig
-    from evals.retrieval_eval import RetrievalEvalConfig
-    from retrieval.qa import QAConfig
-    from retrieval.finetuning import FinetuneConfig
+    from evals.qa.protocol import QAEvalConfig
+    from evals.retrieval.protocol import RetrievalEvalConfig
+    from retrieval.qa.answering import QAConfig
+    from retrieval.training.finetuning import FinetuneConfig
     from retrieval.pipeline import PipelineConfig
-    from retrieval.pretraining import PretrainConfig
+    from retrieval.training.pretraining import PretrainConfig
     from transformers import HfArgumentParser
 
-    from retrieval.nar_training import NarTrainConfig
-    from retrieval.phrase_vocab import PhraseVocabConfig
+    from retrieval.nar.training import NarTrainConfig
+    from retrieval.nar.vocab import PhraseVocabConfig
 
     from ..training.config import TrainConfig
     from ..training.multiword import MultiWordTrainConfig
@@ -257,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_mwt = commands.add_parser(
         "train-mwt", dataclass_types=MultiWordTrainConfig, help="train the MWT baseline: frequent n-grams as static tokens"
     )
+    train_mwt.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     train_mwt.set_defaults(func=cmd_train_mwt)
 
     index = commands.add_parser("index", help="encode documents and build a FAISS index")

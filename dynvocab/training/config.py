@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from ..config import READBACKS, JsonConfig, check_at_least, check_field_types
 from ..corpora import WIKIPEDIA_HELD_OUT
+from .loop import LoopSettings, check_loop_settings, loop_field
 from .negatives import SOURCES
 
 __all__ = ["MODES", "PHRASE_SOURCES", "READBACKS", "TrainConfig"]
@@ -20,8 +21,8 @@ MODES = ("full", "lora", "frozen")
 
 
 @dataclass
-class TrainConfig(JsonConfig):
-    """Settings of ``dynvocab train``; defaults follow the paper where it gives one."""
+class TrainConfig(LoopSettings, JsonConfig):
+    """Settings of ``dynvocab train``; defaults follow the paper where it gives one (the loop's own: ``LoopSettings``)."""
 
     model: str = field(default="smollm2", metadata={"help": "Hub name or path of the causal LM; 'smollm2' is the offline asset."})
     data: str = field(default="wikipedia", metadata={"help": "Text/JSONL file, datasets name or dir; 'wikipedia' is the offline asset."})
@@ -62,16 +63,12 @@ class TrainConfig(JsonConfig):
     encoder_layers: int = field(default=1, metadata={"help": "Decoder layers copied into the phrase encoder."})
     max_length: int = field(default=128, metadata={"help": "Tokens per training sequence."})
     batch_size: int = field(default=8, metadata={"help": "Sequences per step and process."})
-    grad_accum: int = field(default=1, metadata={"help": "Gradient accumulation steps."})
-    learning_rate: float = field(default=3e-4, metadata={"help": "Peak learning rate of AdamW."})
+    learning_rate: float = loop_field("learning_rate", 3e-4)
     lm_learning_rate: float | None = field(
         default=None, metadata={"help": "Peak learning rate of what trains in the LM (its LoRA adapter, or all of it with "
                                         "mode=full), which wants far less than a fresh encoder; default: learning_rate."}
     )
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
-    warmup_steps: int = field(default=20, metadata={"help": "Linear warm-up steps."})
-    max_steps: int = field(default=200, metadata={"help": "Optimizer steps in all."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
+    weight_decay: float = loop_field("weight_decay", 0.0)
     phrase_weight: float = field(default=1.0, metadata={"help": "Weight of L_p."})
     token_weight: float = field(default=1.0, metadata={"help": "Weight of L_t."})
     kl_weight: float = field(default=1.0, metadata={"help": "Weight of L_kl (readback=vector; it is zero under tokens)."})
@@ -85,11 +82,6 @@ class TrainConfig(JsonConfig):
     max_negatives: int = field(default=1024, metadata={"help": "Negatives kept per batch at most."})
     fmm_top_k: int = field(default=50000, metadata={"help": "Frequent n-grams mined for FMM samples."})
     support_texts: int = field(default=2000, metadata={"help": "Training texts used as the support corpus (FMM, corpus-retrieval)."})
-    mixed_precision: str = field(default="auto", metadata={"help": "'no', 'bf16' or 'auto' (bf16 where the GPU has it)."})
-    log_every: int = field(default=10, metadata={"help": "Steps between loss log lines."})
-    save_every: int = field(default=100, metadata={"help": "Steps between checkpoints."})
-    save_total_limit: int = field(default=2, metadata={"help": "Complete checkpoints kept (the newest); 0 keeps all."})
-    seed: int = field(default=0, metadata={"help": "Seed of sampling, negatives and initialisation."})
 
     config_name: ClassVar[str] = "train_config.json"
 
@@ -113,13 +105,9 @@ class TrainConfig(JsonConfig):
         unknown = [n for n in self.negative_names if n not in SOURCES]
         if unknown:
             raise ValueError(f"negatives={self.negatives!r} has unknown names {unknown}; choose from {list(SOURCES)}")
-        if self.mixed_precision not in ("no", "bf16", "auto"):
-            raise ValueError(f"mixed_precision={self.mixed_precision!r}; choose 'no', 'bf16' or 'auto'")
-        check_at_least(self, 1, ("max_length", "batch_size", "grad_accum", "max_steps", "save_every", "log_every",
-                                 "encoder_layers", "validation_chunks"))
+        check_loop_settings(self)
+        check_at_least(self, 1, ("max_length", "batch_size", "encoder_layers", "validation_chunks"))
         check_at_least(self, 0, ("eval_every",))
-        if self.save_total_limit < 0:
-            raise ValueError(f"save_total_limit={self.save_total_limit} must be >= 0 (0 keeps every checkpoint)")
         if self.lm_learning_rate is not None and self.mode == "frozen":
             raise ValueError("lm_learning_rate is set but mode='frozen' trains nothing in the LM; drop it or pick mode lora or full")
         for name in ("output_dir", "state_cache"):

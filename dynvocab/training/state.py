@@ -3,7 +3,7 @@
 A checkpoint folder holds the inference export (phrase encoder, LoRA adapter or LM
 weights) and ``state/``: the trainable parameters, the optimizer (``torch.save`` of
 tensors and numbers only, read back with ``weights_only=True``), the scheduler, and per
-process its RNG and negatives state. It is written through ``dynvocab.atomic``, so its
+process its RNG and extra state (a phrase trainer's negatives). It is written through ``dynvocab.atomic``, so its
 manifest, written last, marks it complete; :func:`complete_checkpoints` lists only those.
 """
 
@@ -24,6 +24,7 @@ from ..atomic import MANIFEST, recover, remove_directory, verify
 
 __all__ = [
     "CHECKPOINT_PATTERN",
+    "STATE_DIR",
     "TRAINER_STATE",
     "complete_checkpoints",
     "load_optimizer",
@@ -44,14 +45,14 @@ TRAINER_STATE = "trainer_state.json"
 STATE_DIR = "state"
 
 
-def rank_state(negatives) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """This process's RNG and negatives state: ``(JSON-able dict, tensors)``."""
+def rank_state(extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """This process's RNG state and its trainer's ``extra`` state: ``(JSON-able dict, tensors)``."""
     version, internal, gauss = random.getstate()
     kind, keys, position, has_gauss, cached = np.random.get_state()
     record = {
         "python_random": [version, list(internal), gauss],
         "numpy_random": [kind, keys.tolist(), int(position), int(has_gauss), float(cached)],
-        "negatives": negatives.state_dict(),
+        **extra,
     }
     tensors = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -59,8 +60,8 @@ def rank_state(negatives) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return record, tensors
 
 
-def restore_rank_state(record: dict[str, Any], tensors: dict[str, torch.Tensor], negatives) -> None:
-    """Put back what :func:`rank_state` captured."""
+def restore_rank_state(record: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Put back the RNG state :func:`rank_state` captured; returns the trainer's extra state."""
     version, internal, gauss = record["python_random"]
     random.setstate((version, tuple(internal), gauss))
     kind, keys, position, has_gauss, cached = record["numpy_random"]
@@ -69,7 +70,7 @@ def restore_rank_state(record: dict[str, Any], tensors: dict[str, torch.Tensor],
     cuda = [tensors[name] for name in sorted(tensors) if name.startswith("torch_cuda_")]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
-    negatives.load_state_dict(record["negatives"])
+    return {k: v for k, v in record.items() if k not in ("python_random", "numpy_random")}
 
 
 def save_rank_states(directory: Path, states: list[tuple[dict[str, Any], dict[str, torch.Tensor]]]) -> None:

@@ -13,21 +13,18 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
-from accelerate import Accelerator, PartialState
-from accelerate.utils import gather_object, reduce, set_seed
+from accelerate import PartialState
+from accelerate.utils import reduce, set_seed
 from torch import nn
-from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..assets import resolve_model
-from ..atomic import atomic_directory
 from ..loading import LM_ADAPTER, LM_WEIGHTS
 from ..model import DynamicVocabLM
 from ..precision import cpu_processes, mixed_precision
@@ -36,25 +33,13 @@ from .batching import MixedBatch, collate
 from .config import TrainConfig
 from .corpus import iter_texts, wikipedia_split
 from .cached_samples import cached_sample_stream, chunk_sample, split_chunks
+from .loop import TrainingLoop
 from .loss import LossWeights, dynamic_vocab_loss, term_counts, weighted_total
 from .negatives import NegativeSampler
 from ..ngrams import SuccessorIndex, mine_ngrams
 from .readback_loss import cached_readback_loss, token_readback_loss
 from .samples import FMMSampler, NIdsSampler, NWordsSampler, SpanSampler, build_samples
 from .state_cache import StateCache, build_state_cache, cache_key
-from .state import (
-    TRAINER_STATE,
-    complete_checkpoints,
-    load_optimizer,
-    load_rank_state,
-    load_trainable,
-    rank_state,
-    restore_rank_state,
-    rotate_checkpoints,
-    save_optimizer,
-    save_rank_states,
-    save_trainable,
-)
 
 __all__ = [
     "Trainer",
@@ -70,8 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-LOG_FILE = "log.jsonl"
 
 
 class TrainingModule(nn.Module):
@@ -206,15 +189,14 @@ def open_state_cache(
     return StateCache.open(directory, key, hint, allow_incomplete=config.incomplete_cache)
 
 
-class Trainer:
-    """Trains the phrase encoder (and the LM, by ``config.mode``) with L_p + L_t + L_kl."""
+class Trainer(TrainingLoop):
+    """Trains the phrase encoder (and the LM, by ``config.mode``) with L_p + L_t + L_kl, on the library's one loop."""
+
+    exports_checkpoints = True  # any checkpoint-N loads as a model (dynvocab eval takes them)
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
-        self.accelerator = Accelerator(
-            gradient_accumulation_steps=config.grad_accum, mixed_precision=mixed_precision(config.mixed_precision),
-            cpu=cpu_processes(),
-        )
+        PartialState(cpu=cpu_processes())  # the processes meet before the state cache is built, as the loop will
         set_seed(config.seed)
         texts = training_texts(config)  # the data is read before the model loads: a bad path fails at once
         if config.uses_state_cache:
@@ -227,10 +209,9 @@ class Trainer:
             )
         self.model = build_model(config)
         self.tokenizer = self.model.tokenizer
-        self.output_dir = Path(config.output_dir)
         self.cache = None
         if config.uses_state_cache:
-            cache_dir = Path(config.state_cache) if config.state_cache else self.output_dir / "state-cache"
+            cache_dir = Path(config.state_cache) if config.state_cache else Path(config.output_dir) / "state-cache"
             self.cache = open_state_cache(config, self.model, texts, cache_dir)
         self.support = self.tokenizer(support_texts, add_special_tokens=False)["input_ids"]
         names = config.negative_names
@@ -243,38 +224,47 @@ class Trainer:
             max_negatives=config.max_negatives,
             seed=config.seed,
         )
-        optimizer = torch.optim.AdamW(self._parameter_groups(), lr=config.learning_rate, weight_decay=config.weight_decay)
-        scheduler = get_linear_schedule_with_warmup(optimizer, config.warmup_steps, config.max_steps)
         module = TrainingModule(
             self.model, LossWeights(config.phrase_weight, config.token_weight, config.kl_weight, config.distill_weight),
             config.mode != "frozen",
             config.readback, config.spelling_negatives,
         )
-        # the scheduler is not prepared: accelerate would step a prepared one once per process and optimizer step,
-        # so on N processes the warm-up and decay would run N times too fast; it is stepped here once per optimizer
-        # step on every rank, and saved with the checkpoints (as JSON, ``training.state``)
-        self.module, self.optimizer = self.accelerator.prepare(module, optimizer)
-        self.scheduler = scheduler
-        self.step = 0
+        super().__init__(module, config, config.output_dir, self._parameter_groups())
+        self.stream: Iterator[list] | None = None
+        self.validation: list | None = None
 
-    def train_step(self, stream: Iterator[list]) -> dict[str, float]:
-        """One optimizer step (``grad_accum`` batches of ``stream``); returns the last batch's terms, averaged over processes."""
-        accelerator = self.accelerator
-        for _ in range(self.config.grad_accum):
-            samples, states = self._batch_states(next(stream))
-            batch = collate(samples, self.negatives(samples), self.model.vocab_size, self.negatives.in_batch)
-            with accelerator.accumulate(self.module):
-                terms = self.module(batch.to(accelerator.device), states)
-                accelerator.backward(terms["loss"])
-                if accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(self.module.parameters(), self.config.max_grad_norm)
-                self.optimizer.step()
-                if accelerator.sync_gradients:
-                    self.scheduler.step()
-                self.optimizer.zero_grad()
-        self.step += 1
-        last = {k: float(v) for k, v in accelerator.reduce({k: v.detach() for k, v in terms.items()}, "mean").items()}
-        return last | {"phrases": len(batch.phrases), "tokens": int(batch.token_mask.sum())}
+    def training_terms(self) -> dict[str, torch.Tensor]:
+        samples, states = self._batch_states(next(self.stream))
+        batch = collate(samples, self.negatives(samples), self.model.vocab_size, self.negatives.in_batch)
+        terms = self.module(batch.to(self.accelerator.device), states)
+        return terms | {"phrases": torch.tensor(float(len(batch.phrases))), "tokens": batch.token_mask.sum().float()}
+
+    def before_training(self) -> None:
+        self.stream = self._stream()
+        self.validation = self._validation_batches() if self.config.eval_every else None
+
+    def after_resume(self) -> None:
+        for _ in range(self.step * self.config.grad_accum):  # the stream is a function of the config: skip ahead
+            next(self.stream)
+
+    def evaluate(self) -> dict[str, float]:
+        return self.validate(self.validation) if self.validation is not None else {}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"negatives": self.negatives.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.negatives.load_state_dict(state["negatives"])
+
+    def checkpoint_record(self) -> dict[str, Any]:
+        return {} if self.cache is None else {"cached_chunks": int(self.cache.available.sum())}
+
+    def check_checkpoint_record(self, record: dict[str, Any], checkpoint: Path) -> None:
+        if self.cache is not None and record.get("cached_chunks", len(self.cache)) != int(self.cache.available.sum()):
+            logger.warning(
+                "%s trained on %d cached chunks and %d are written now: the resumed sample stream differs from the one the "
+                "interrupted run would have seen", checkpoint, record["cached_chunks"], int(self.cache.available.sum()),
+            )
 
     # ------------------------------------------------------------------ data
     def _stream(self) -> Iterator[list]:
@@ -335,51 +325,10 @@ class Trainer:
         return [{"params": [p for p in trainable if id(p) not in in_lm]},
                 {"params": [p for p in trainable if id(p) in in_lm], "lr": self.config.lm_learning_rate}]
 
-    # ------------------------------------------------------------------ loop
-    def train(self, resume: bool = False) -> dict[str, float]:
-        """Run to ``max_steps`` optimizer steps; with ``resume`` continue from the latest checkpoint."""
-        config, accelerator = self.config, self.accelerator
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        if accelerator.is_main_process:
-            config.save(self.output_dir)
-        stream = self._stream()
-        validation = self._validation_batches() if config.eval_every else None
-        if resume:
-            self._resume(stream)
-        bar = tqdm(total=config.max_steps, initial=self.step, desc="train", disable=not accelerator.is_local_main_process)
-        log = open(self.output_dir / LOG_FILE, "a", encoding="utf-8") if accelerator.is_main_process else None
-        started, last = time.perf_counter(), {}
-        self.module.train()
-        while self.step < config.max_steps:
-            lr = self.scheduler.get_last_lr()[0]
-            last = self.train_step(stream)
-            bar.set_postfix({k: f"{v:.3f}" for k, v in last.items() if k not in ("phrases", "tokens")})
-            bar.update()
-            if validation is not None and (self.step % config.eval_every == 0 or self.step == config.max_steps):
-                last |= self.validate(validation)
-            if log is not None and (self.step % config.log_every == 0 or self.step == config.max_steps):
-                record = {"step": self.step, "seconds": round(time.perf_counter() - started, 2), "lr": lr, **last}
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-            if self.step % config.save_every == 0 and self.step < config.max_steps:
-                self.save_checkpoint(self.output_dir / f"checkpoint-{self.step}")
-        bar.close()
-        if log is not None:
-            log.close()
-        self.save_checkpoint(self.output_dir / f"checkpoint-{self.step}")
-        self.export(self.output_dir / "final")
-        return last
-
     # ------------------------------------------------------------------ saving
-    def export(self, directory: Path) -> None:
-        """What inference needs, in one atomic save: the phrase encoder, plus the LM's adapter or weights if they trained."""
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_main_process:
-            with atomic_directory(directory) as staging:
-                self._write_export(staging)
-
-    def _write_export(self, directory: Path) -> None:
-        model = self.accelerator.unwrap_model(self.module).model
+    def write_export(self, directory: Path) -> None:
+        """The phrase encoder, plus the LM's adapter or weights if they trained, and where the cache came from."""
+        model = self.unwrapped.model
         write_model_files(model, directory)
         if self.cache is not None:  # what the encoder trained on: the cache's key and how much of it was there
             available = self.cache.available
@@ -392,72 +341,3 @@ class Trainer:
             model.lm.save_pretrained(directory / LM_WEIGHTS)
             model.tokenizer.save_pretrained(directory / LM_WEIGHTS)
         self.config.save(directory)
-
-    def save_checkpoint(self, directory: Path) -> None:
-        """Everything for an exact resume, written atomically; complete once its manifest is there (written last).
-
-        Each process's RNG and negatives state is gathered to the main process, which writes
-        the folder alone; older checkpoints beyond ``save_total_limit`` are then removed.
-        """
-        accelerator = self.accelerator
-        states = gather_object([rank_state(self.negatives)])
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            log = self.output_dir / LOG_FILE
-            trainer_state = {
-                "step": self.step, "num_processes": accelerator.num_processes,
-                "log_bytes": log.stat().st_size if log.exists() else 0,
-            }
-            if self.cache is not None:
-                trainer_state["cached_chunks"] = int(self.cache.available.sum())
-            with atomic_directory(directory) as staging:
-                self._write_export(staging)
-                save_trainable(staging, accelerator.unwrap_model(self.module))
-                save_optimizer(staging, self.optimizer, self.scheduler)
-                save_rank_states(staging, states)
-                (staging / TRAINER_STATE).write_text(json.dumps(trainer_state), encoding="utf-8")
-            rotate_checkpoints(self.output_dir, self.config.save_total_limit)
-        accelerator.wait_for_everyone()
-
-    def _resume(self, stream: Iterator) -> None:
-        """Continue from the newest complete checkpoint; the log is cut back to what that checkpoint had seen."""
-        checkpoints = complete_checkpoints(self.output_dir)
-        if not checkpoints:
-            raise FileNotFoundError(
-                f"no complete checkpoint-* in {self.output_dir} to resume from; drop --resume to start fresh"
-            )
-        latest = checkpoints[0]
-        state = json.loads((latest / TRAINER_STATE).read_text(encoding="utf-8"))
-        saved, now = state.get("num_processes", 1), self.accelerator.num_processes
-        if saved != now:
-            raise ValueError(
-                f"{latest} was written by a run on {saved} process(es) and this run has {now}: the sample stream and "
-                f"the RNG and negatives state are split by process, so resume with --num_processes {saved} "
-                "(keeping --batch-size), or start a new --output-dir"
-            )
-        if self.cache is not None and state.get("cached_chunks", len(self.cache)) != int(self.cache.available.sum()):
-            logger.warning(
-                "%s trained on %d cached chunks and %d are written now: the resumed sample stream differs from the one the "
-                "interrupted run would have seen", latest, state["cached_chunks"], int(self.cache.available.sum()),
-            )
-        self.load_checkpoint(latest)
-        for _ in range(self.step * self.config.grad_accum):
-            next(stream)
-        if self.accelerator.is_main_process:
-            self._truncate_log(state["log_bytes"])
-            logger.info("resumed from %s at step %d", latest, self.step)
-
-    def load_checkpoint(self, directory: Path) -> dict:
-        """Put this process's trainable weights, optimizer, scheduler, RNG and negatives state back; returns the trainer state."""
-        state = json.loads((directory / TRAINER_STATE).read_text(encoding="utf-8"))
-        load_trainable(directory, self.accelerator.unwrap_model(self.module))
-        load_optimizer(directory, self.optimizer, self.scheduler)
-        restore_rank_state(*load_rank_state(directory, self.accelerator.process_index), self.negatives)
-        self.step = state["step"]
-        return state
-
-    def _truncate_log(self, size: int) -> None:
-        """Drop log lines written after the checkpoint (they are trained again), in place: one truncate, no rewrite."""
-        log = self.output_dir / LOG_FILE
-        if log.exists() and log.stat().st_size > size:
-            os.truncate(log, size)

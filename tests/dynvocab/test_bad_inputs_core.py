@@ -309,7 +309,8 @@ def test_adding_phrases_during_generate_with_per_row_sets_works(model):
     grow = _AtStep(ids.shape[1] + 1, lambda: model.add_phrases(["the blue ship"]))
     out = model.generate(ids, max_new_tokens=3, do_sample=False, logits_processor=[grow])
     assert grow.done and out.shape == (2, ids.shape[1] + 3)
-    assert model._row_masks.shape == (2, len(model.phrase_table)) and bool(model._row_masks[:, -1].all())
+    masks = model.phrase_table.row_masks()
+    assert masks.shape == (2, len(model.phrase_table)) and bool(masks[:, -1].all())
 
 
 def test_save_pretrained_dot_from_inside_the_folder(model, llama, tokenizer, tmp_path, monkeypatch):

@@ -31,7 +31,7 @@ def test_a_count_below_its_minimum_names_the_field_and_a_valid_value(value):
 
 
 def test_a_nan_weight_is_below_every_minimum():
-    from retrieval.nar_loss import NarLossWeights
+    from retrieval.nar.loss import NarLossWeights
 
     with pytest.raises(ValueError, match="NarLossWeights.docid_weight=nan must be >= 0"):
         NarLossWeights(docid_weight=float("nan"))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from retrieval import DocumentIndex
-from retrieval.ann import IndexConfig
+from retrieval.index.ann import IndexConfig
 from retrieval.phrases import extract_phrases
 from retrieval.pipeline import PipelineConfig
 from tests.helpers import HashEncoder, word_tokenizer

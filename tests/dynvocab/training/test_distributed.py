@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from dynvocab.assets import wikipedia_leads
+from dynvocab.cli import main
 from dynvocab.multiword import CONFIG_NAME, WEIGHTS_NAME
 from dynvocab.training.config import TrainConfig
 from dynvocab.training.multiword import MultiWordTrainConfig, train_multiword
@@ -134,12 +135,12 @@ def test_the_mwt_baseline_trains_on_two_processes_as_on_one(setup):
                                batch_size=4, **settings)
     _, one_log = train_multiword(one)
     launch_two_processes(setup, "mwt-two", command="train-mwt", settings=settings)
-    saved = json.loads((setup / "mwt-two" / CONFIG_NAME).read_text())
-    assert saved["ngrams"] == json.loads((setup / "mwt-one" / CONFIG_NAME).read_text())["ngrams"]
+    saved = json.loads((setup / "mwt-two" / "final" / CONFIG_NAME).read_text())
+    assert saved["ngrams"] == json.loads((setup / "mwt-one" / "final" / CONFIG_NAME).read_text())["ngrams"]
     for a, b in zip(one_log, saved["train_log"], strict=True):
         assert abs(a["loss"] - b["loss"]) < LOSS_TOLERANCE, (a, b)
-    rows = load_file(setup / "mwt-two" / WEIGHTS_NAME)
-    for name, value in load_file(setup / "mwt-one" / WEIGHTS_NAME).items():
+    rows = load_file(setup / "mwt-two" / "final" / WEIGHTS_NAME)
+    for name, value in load_file(setup / "mwt-one" / "final" / WEIGHTS_NAME).items():
         torch.testing.assert_close(rows[name], value, atol=WEIGHT_TOLERANCE, rtol=0)
 
 
@@ -158,3 +159,47 @@ def test_two_processes_write_the_state_cache_one_process_writes(setup):
     assert shards > 2 and json.loads((setup / "cache-two" / "cache_config.json").read_text())["complete"]
     for name in ("chunks.npy", "tokens.npy", "hidden.npy", "token_stats.npy", "texts.jsonl"):
         assert (setup / "cache-two" / name).read_bytes() == (one / name).read_bytes(), name
+
+
+def launch(root: Path, *arguments: str) -> None:
+    """``accelerate launch -m dynvocab ARGUMENTS`` on two CPU processes."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+               "-m", "dynvocab", *arguments]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+@pytest.mark.parametrize("trainer", ["train-mwt", "pretrain-encoder", "finetune-encoder", "nar-train"])
+def test_every_trainer_runs_on_two_processes_and_resumes_on_them(setup, tiny_encoder_dir, trainer):
+    """The MWT, document-encoder and NAR trainers on the one loop, as two-process jobs: stopped after step 2 (a run to
+    2 steps), resumed to 4; the log holds each step once and the checkpoints record both processes. (The phrase-encoder
+    trainer's two-process resume is the first test of this file.)"""
+    from tests.tiny_mlm import save_tiny_mlm
+
+    root, out = setup, setup / trainer
+    loop = ["--save-every", "1", "--log-every", "1", "--warmup-steps", "1", "--mixed-precision", "no"]
+    if trainer == "nar-train":
+        titles = [lead["title"] for lead in wikipedia_leads()[:12]]
+        (root / "titles.txt").write_text("\n".join(titles))
+        (root / "pairs.jsonl").write_text("".join(json.dumps({"query": f"about {t}", "docid": t}) + "\n" for t in titles))
+        assert main(["build-vocab", "--data", str(root / "titles.txt"), "--output", str(root / "vocab"), "--size", "300"]) in (0, None)
+        command = ["nar-train", "--vocab", str(root / "vocab"), "--data", str(root / "pairs.jsonl"), "--encoder",
+                   str(tiny_encoder_dir), "--batch-size", "2", "--cluster-steps", "0"]
+    elif trainer == "train-mwt":
+        command = [trainer, "--model", str(root / "lm"), "--data", str(root / "data.txt"), "--batch-size", "2",
+                   "--max-length", "32", "--num-ngrams", "20", "--min-count", "2"]
+    else:
+        mlm = save_tiny_mlm(root / f"mlm-{trainer}")
+        command = [trainer, "--model", str(mlm), "--data", str(root / "data.txt"), "--batch-size", "2", "--max-length", "16"]
+    launch(root, *command, *loop, "--output-dir", str(out), "--max-steps", "2")
+    launch(root, *command, *loop, "--output-dir", str(out), "--max-steps", "4", "--resume")
+    assert [row["step"] for row in log(root, trainer)] == [1, 2, 3, 4]
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["step"] == 4 and state["num_processes"] == 2
+    assert sorted(p.name for p in (out / "checkpoint-4" / "state").glob("rank-*.json")) == ["rank-0.json", "rank-1.json"]
+    assert (out / "final").is_dir() and any((out / "final").iterdir())

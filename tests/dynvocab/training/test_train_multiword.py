@@ -29,10 +29,10 @@ def test_training_moves_only_the_new_rows_and_the_loss_falls(tmp_path, tiny_lm_d
             assert not torch.allclose(tensor[V:], start[name][V:])
         else:
             torch.testing.assert_close(tensor, base.state_dict()[name])
-    saved = json.loads((tmp_path / "mwt" / CONFIG_NAME).read_text())
+    saved = json.loads((tmp_path / "mwt" / "final" / CONFIG_NAME).read_text())
     assert saved["train_log"] == log and saved["train_config"]["max_steps"] == 30 and len(saved["ngrams"]) == 40
     tokenizer = AutoTokenizer.from_pretrained(tiny_lm_dir)
-    loaded = MultiWordLM.from_pretrained(tmp_path / "mwt", AutoModelForCausalLM.from_pretrained(tiny_lm_dir), tokenizer)
+    loaded = MultiWordLM.from_pretrained(tmp_path / "mwt" / "final", AutoModelForCausalLM.from_pretrained(tiny_lm_dir), tokenizer)
     for a, b in zip(MultiWordLM.embedding_matrices(loaded.lm), MultiWordLM.embedding_matrices(trained.lm)):
         torch.testing.assert_close(a, b)
 
@@ -42,7 +42,7 @@ def test_the_command_line_trains_and_saves(tmp_path, tiny_lm_dir):
     data.write_text("\n\n".join(lead["text"] for lead in wikipedia_leads()[:30]))
     main(["train-mwt", "--model", str(tiny_lm_dir), "--data", str(data), "--output-dir", str(tmp_path / "mwt"),
           "--num-ngrams", "10", "--min-count", "2", "--max-steps", "2", "--batch-size", "2", "--max-length", "16"])
-    assert len(json.loads((tmp_path / "mwt" / CONFIG_NAME).read_text())["ngrams"]) == 10
+    assert len(json.loads((tmp_path / "mwt" / "final" / CONFIG_NAME).read_text())["ngrams"]) == 10
 
 
 def test_config_refuses_bad_settings():

@@ -1,0 +1,1 @@
+"""Scores of retrievers: ranking metrics with paired intervals, the retrieval protocol, and index footprints."""

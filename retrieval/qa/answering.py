@@ -1,0 +1,354 @@
+"""Question answering with citations: numbered documents, document-numbered phrases, ``[n]`` markers from provenance.
+
+``CitationQA(model, index)(question)`` retrieves the top-k documents (or takes the ones given),
+writes a one-shot instruction prompt that numbers them (through the tokenizer's chat template
+when it has one), plugs in the phrases cut from each document (marked with its number, see
+``retrieval.qa.citations``), generates greedily and returns the answer with inline ``[n]``
+markers and the documents it cites. ``answer_many`` answers one question under several
+settings at once: the settings that see the same documents share one prompt, one prefill
+and one batched decode, each row with its own phrase set.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+from dynvocab import DynamicVocabLM, Phrase
+from dynvocab.config import check_at_least, check_field_types
+
+from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
+from ..phrases import extract_phrases
+
+__all__ = ["CitationQA", "QAConfig", "QAResult", "build_messages", "document_phrases"]
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTION = (
+    "Answer the question in one short sentence, using only the documents below. Cite a document by writing its "
+    "number in brackets, like [1], right after the words taken from it."
+)
+
+#: the one-shot example (hand-written; its documents are in no index)
+EXAMPLE_QUESTION = "Which river flows through Paris?"
+EXAMPLE_DOCUMENTS = (
+    {"title": "Seine", "text": "The Seine is a 777-kilometre-long river in northern France. It flows through Paris "
+                               "and into the English Channel at Le Havre."},
+    {"title": "Loire", "text": "The Loire is the longest river in France. It rises in the Massif Central and flows "
+                               "into the Bay of Biscay."},
+)
+EXAMPLE_ANSWER = "The Seine[1] flows through Paris[1] and into the English Channel[1]."
+
+PHRASE_MODES = ("none", "ngram", "content")
+
+
+@dataclass
+class QAConfig:
+    """Settings of one QA system: documents, phrases and decoding."""
+
+    top_k: int = field(default=3, metadata={"help": "Documents retrieved per question (when none are given)."})
+    phrases: str = field(
+        default="ngram",
+        metadata={"help": "'none' (the bare LM), 'ngram' (every token n-gram, edges='any') or 'content' "
+                          "(constituent-like: no stopword first or last, edges='content')."},
+    )
+    markers: bool = field(default=True, metadata={"help": "Phrase texts end with their document's [n] (the paper's phrase[2])."})
+    document_words: int = field(default=100, metadata={"help": "Words of each document shown (ALCE passages: 100)."})
+    max_phrases: int = field(default=256, metadata={"help": "Phrases per document at most."})
+    min_length: int = field(default=2, metadata={"help": "Shortest phrase body, in LM tokens."})
+    max_new_tokens: int = field(default=48, metadata={"help": "Decoding steps at most."})
+    agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
+    phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase at most this often per answer (0: no limit)."})
+    no_repeat_ngram_size: int = field(default=0, metadata={"help": "No token n-gram twice, phrases spelled out (0: off)."})
+    stop_at_newline: bool = field(default=True, metadata={"help": "End the answer at its first line break."})
+    max_sentences: int = field(default=1, metadata={"help": "End the answer after this many sentences (0: no limit)."})
+    one_shot: bool = field(default=True, metadata={"help": "Show one worked example before the question."})
+    chat_template: str = field(default="auto", metadata={"help": "'auto' (the tokenizer's chat template if it has one) or 'never'."})
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        check_at_least(self, 1, ("top_k", "document_words", "max_new_tokens", "min_length"))
+        check_at_least(self, 0, ("max_phrases", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "max_sentences"))
+        if self.phrases not in PHRASE_MODES:
+            raise ValueError(f"QAConfig.phrases={self.phrases!r}; choose one of {', '.join(PHRASE_MODES)}")
+        if self.chat_template not in ("auto", "never"):
+            raise ValueError(f"QAConfig.chat_template={self.chat_template!r}; choose 'auto' or 'never'")
+
+    def generation_kwargs(self) -> dict:
+        kwargs = {"do_sample": False}
+        if self.agreement_top_k:
+            kwargs["phrase_agreement_top_k"] = self.agreement_top_k
+        if self.phrase_max_uses:
+            kwargs["phrase_max_uses"] = self.phrase_max_uses
+        if self.no_repeat_ngram_size:
+            kwargs["no_repeat_ngram_size"] = self.no_repeat_ngram_size
+        return kwargs
+
+
+#: settings that must agree for two systems to share one prompt and one batched decode
+SHARED = ("document_words", "max_new_tokens", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size",
+          "stop_at_newline", "max_sentences", "one_shot", "chat_template")
+
+
+@dataclass
+class QAResult:
+    """One answered question: the answer with ``[n]`` markers, its citations, and the numbered documents."""
+
+    question: str
+    answer: str
+    text: str  # what the model wrote (markers of phrases included when they carry them)
+    citations: list[Citation]
+    documents: list[dict]  # numbered 1..k in this order, each {"id", "title", "text"} as shown in the prompt
+    num_phrases: int
+    steps: int
+    phrase_steps: int
+    seconds: float
+    settings: dict
+
+    @property
+    def cited(self) -> list[int]:
+        """Numbers of the documents the answer cites, ascending."""
+        return sorted({c.number for c in self.citations})
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"cited": self.cited}
+
+
+def shown_document(document: Mapping, words: int) -> dict:
+    """The document as the prompt shows it: ``id``, ``title`` and its first ``words`` words."""
+    if not isinstance(document, Mapping) or not isinstance(document.get("text"), str):
+        raise TypeError(f"a document must be a dict with a str 'text' (and 'title', 'id'), got {document!r:.80}")
+    text = " ".join(document["text"].split()[:words])
+    return {"id": str(document.get("id", document.get("title", ""))), "title": str(document.get("title", "")), "text": text}
+
+
+def build_messages(question: str, documents: Sequence[Mapping], one_shot: bool = True) -> list[dict]:
+    """Chat messages: the instruction as system turn, the worked example as one exchange, then the question."""
+    messages = [{"role": "system", "content": INSTRUCTION}]
+    if one_shot:
+        messages += [{"role": "user", "content": _user_turn(EXAMPLE_QUESTION, EXAMPLE_DOCUMENTS)},
+                     {"role": "assistant", "content": EXAMPLE_ANSWER}]
+    return messages + [{"role": "user", "content": _user_turn(question, documents)}]
+
+
+def _user_turn(question: str, documents: Sequence[Mapping]) -> str:
+    blocks = "\n".join(document_block(n, d) for n, d in enumerate(documents, start=1))
+    return f"Question: {question}\n\n{blocks}"
+
+
+def prompt_ids(tokenizer, question: str, documents: Sequence[Mapping], config: QAConfig) -> list[int]:
+    """Token ids of the prompt, through the chat template when the tokenizer has one (and ``config`` allows it)."""
+    messages = build_messages(question, documents, config.one_shot)
+    if config.chat_template == "auto" and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+    turns = [messages[0]["content"], ""]
+    for message in messages[1:]:
+        turns.append(message["content"] + ("\nAnswer:" if message["role"] == "user" else "\n"))
+    return tokenizer("\n".join(turns), add_special_tokens=True)["input_ids"]
+
+
+def document_phrases(documents: Sequence[Mapping], tokenizer, config: QAConfig, max_tokens: int) -> list[Phrase]:
+    """Phrases of each document, numbered by it (see ``numbered_phrases``), at most ``config.max_phrases`` each.
+
+    A phrase body leaves room for a marker within ``max_tokens`` (the phrase table's limit) whether
+    or not markers are on.
+    """
+    if config.phrases == "none" or not config.max_phrases:
+        return []
+    edges = "content" if config.phrases == "content" else "any"
+    # the same bodies with and without markers, so that the two differ by the marker alone
+    room = max_tokens - max(_token_count(tokenizer, marker(n)) for n in range(1, len(documents) + 1))
+    if room < config.min_length:
+        raise ValueError(f"markers take {max_tokens - room} of the phrase table's {max_tokens} tokens, leaving less "
+                         f"than min_length={config.min_length}; raise the model's max_phrase_tokens")
+    per_document = [
+        extract_phrases([d], tokenizer, min_length=config.min_length, max_length=room, edges=edges, ranking="frequency",
+                        max_phrases=config.max_phrases + config.max_phrases // 8 + 8)
+        for d in documents
+    ]
+    phrases = numbered_phrases(per_document, config.markers)
+    lengths = tokenizer([p.text for p in phrases], add_special_tokens=False)["input_ids"] if phrases else []
+    fits = [p for p, ids in zip(phrases, lengths) if 2 <= len(ids) <= max_tokens]
+    kept, count = [], {}
+    for phrase in fits:  # at most max_phrases per document
+        count[phrase.source] = count.get(phrase.source, 0) + 1
+        if count[phrase.source] <= config.max_phrases:
+            kept.append(phrase)
+    return kept
+
+
+def _token_count(tokenizer, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+class AnswerEnd(StoppingCriteria):
+    """Stop each row once its answer has a line break after some text (``newline``) or ``sentences`` finished sentences."""
+
+    def __init__(self, decode, prompt_length: int, newline: bool = True, sentences: int = 0) -> None:
+        self.decode, self.prompt_length, self.newline, self.sentences = decode, prompt_length, newline, sentences
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        texts = [self.decode(row[self.prompt_length :].tolist()).lstrip() for row in input_ids]
+        done = [answer_end(text, self.newline, self.sentences) < len(text) for text in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def answer_end(text: str, newline: bool = True, sentences: int = 0) -> int:
+    """Where the answer in ``text`` ends: its first line break (after some text), or the end of its
+    ``sentences``-th sentence (markers right after the period included); ``len(text)`` if neither comes."""
+    end = len(text)
+    if newline and "\n" in text.lstrip():
+        start = len(text) - len(text.lstrip())
+        end = text.index("\n", start)
+    if sentences:
+        ends = [m.end() for m in SENTENCE_END.finditer(text[:end]) if m.end() < len(text)]
+        if len(ends) >= sentences:
+            end = min(end, ends[sentences - 1])
+    return end
+
+
+class PrefixCache:
+    """KV caches of recent prompts: a new prompt is prefilled only past its longest common prefix with one of them.
+
+    Prompts of one question under k = 3 and k = 5 documents, or with the evidence page put in,
+    share everything up to the documents that differ; every prompt shares the instruction and
+    the worked example.
+    """
+
+    def __init__(self, lm, size: int = 4) -> None:
+        self.lm, self.size, self.entries = lm, size, []  # [(ids, cache)], most recent last
+
+    @torch.no_grad()
+    def __call__(self, ids: list[int]):
+        """A cache holding ``ids[:-1]`` (the last id is fed by ``generate``); the caller may change it."""
+        target = len(ids) - 1
+        best, common = None, 0
+        for entry_ids, cache in self.entries:
+            shared = _common_prefix(entry_ids, ids, target)
+            if shared > common:
+                best, common = cache, shared
+        if best is None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+        else:
+            cache = copy.deepcopy(best)
+            cache.crop(common - cache.get_seq_length())  # transformers 5: a negative count removes that many slots
+        if target > common:
+            rest = torch.tensor([ids[common:target]], device=self.lm.device)
+            self.lm(input_ids=rest, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self.entries = [e for e in self.entries if e[0] != ids[:target]][-(self.size - 1) :] + [(ids[:target], cache)]
+        return copy.deepcopy(cache)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n = 0
+    for x, y in zip(a[:limit], b[:limit]):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class CitationQA:
+    """Answers questions with citations; ``index`` retrieves documents when a question comes without them."""
+
+    def __init__(self, model: DynamicVocabLM, index=None, config: QAConfig | None = None) -> None:
+        if not isinstance(model, DynamicVocabLM):
+            raise TypeError(f"model must be a dynvocab.DynamicVocabLM (DynamicVocabLM.from_causal_lm(lm, tokenizer)), "
+                            f"got {type(model).__name__}")
+        self.model, self.index, self.config = model, index, config or QAConfig()
+        self.prefixes = PrefixCache(model.lm)
+
+    def retrieve(self, question: str, k: int) -> list[dict]:
+        if self.index is None:
+            raise ValueError("no documents given and no index to retrieve them from; pass documents= or an index")
+        return self.index.search_documents([question], k=k)[0]
+
+    def __call__(self, question: str, documents: Sequence[Mapping] | None = None) -> QAResult:
+        return self.answer_many(question, [self.config], documents)[0]
+
+    @torch.no_grad()
+    def answer_many(self, question: str, configs: Sequence[QAConfig],
+                    documents: Sequence[Mapping] | None = None) -> list[QAResult]:
+        """One result per config. ``documents`` (numbered in this order) overrides each config's retrieval.
+
+        Configs that see the same documents run as rows of one batch; configs must agree on
+        the settings in ``SHARED`` (they shape the prompt or the decoding).
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question={question!r} must be a non-empty str")
+        if not configs:
+            raise ValueError("configs is empty; pass at least one QAConfig")
+        different = [name for name in SHARED if len({getattr(c, name) for c in configs}) > 1]
+        if different:
+            raise ValueError(f"configs answered together must agree on {', '.join(different)}; answer them separately")
+        if documents is not None and not len(documents):
+            raise ValueError("documents is empty; pass at least one document, or None to retrieve them")
+        found = list(documents) if documents is not None else self.retrieve(question, max(c.top_k for c in configs))
+        results: list[QAResult | None] = [None] * len(configs)
+        groups: dict[int, list[int]] = {}
+        for i, config in enumerate(configs):
+            groups.setdefault(len(found) if documents is not None else min(config.top_k, len(found)), []).append(i)
+        for k, members in groups.items():
+            shown = [shown_document(d, configs[0].document_words) for d in found[:k]]
+            for i, result in zip(members, self._answer_group(question, shown, [configs[i] for i in members])):
+                results[i] = result
+        return results
+
+    def _answer_group(self, question: str, documents: list[dict], configs: list[QAConfig]) -> list[QAResult]:
+        model, tokenizer, first = self.model, self.model.tokenizer, configs[0]
+        start = time.perf_counter()
+        ids = prompt_ids(tokenizer, question, documents, first)
+        rows = [document_phrases(documents, tokenizer, c, model.phrase_table.max_phrase_tokens) for c in configs]
+        model.set_phrases(rows if len(rows) > 1 else rows[0], mid_sentence_forms=False)
+        cache = self.prefixes(ids)
+        if len(rows) > 1:
+            cache.batch_repeat_interleave(len(rows))
+        inputs = torch.tensor([ids] * len(rows), device=model.device)
+        stopping = StoppingCriteriaList([AnswerEnd(model.decode, len(ids), first.stop_at_newline, first.max_sentences)])
+        out = model.generate(inputs, attention_mask=torch.ones_like(inputs), past_key_values=cache,
+                             max_new_tokens=first.max_new_tokens, stopping_criteria=stopping,
+                             pad_token_id=_pad(tokenizer), **first.generation_kwargs())
+        seconds = (time.perf_counter() - start) / len(rows)
+        return [self._result(question, documents, new, len(phrases), config, seconds, row=i if len(rows) > 1 else None)
+                for i, (new, phrases, config) in enumerate(zip(out[:, len(ids) :].tolist(), rows, configs))]
+
+    def _result(self, question: str, documents: list[dict], new: list[int], num_phrases: int, config: QAConfig,
+                seconds: float, row: int | None = None) -> QAResult:
+        eos = self.model.generation_config.eos_token_id
+        eos = {eos} if isinstance(eos, int) else set(eos or [])
+        end = next((i for i, token in enumerate(new) if token in eos), len(new))
+        new = new[:end]
+        segments = _lstrip(self.model.segments(new, skip_special_tokens=True, row=row))
+        answer, citations = cite_segments(segments, len(documents))
+        cut = answer_end(answer, config.stop_at_newline, config.max_sentences)
+        text = "".join(s.text for s in segments)
+        text = text[: answer_end(text, config.stop_at_newline, config.max_sentences)]
+        return QAResult(
+            question=question, answer=answer[:cut].rstrip(), text=text.rstrip(),
+            citations=[c for c in citations if c.start < cut], documents=documents, num_phrases=num_phrases, steps=len(new),
+            phrase_steps=sum(s.is_phrase for s in segments), seconds=seconds, settings=asdict(config),
+        )
+
+
+def _lstrip(segments: list) -> list:
+    """Segments without the whitespace the answer starts with."""
+    while segments and not segments[0].text.strip():
+        segments = segments[1:]
+    if segments and segments[0].text != segments[0].text.lstrip():
+        segments = [replace(segments[0], text=segments[0].text.lstrip()), *segments[1:]]
+    return segments
+
+
+def _pad(tokenizer) -> int:
+    from dynvocab.padding import pad_id
+
+    return pad_id(tokenizer)

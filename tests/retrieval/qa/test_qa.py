@@ -1,0 +1,202 @@
+"""Citation-aware QA on a tiny random Llama: markers from provenance, the numbered prompt, batched systems."""
+
+import pytest
+
+from dynvocab import DynamicVocabLM, Phrase, Segment
+from dynvocab.scoring import DotProductScorer
+from retrieval.qa.citations import MARKER, cite_segments, numbered_phrases, strip_markers
+from retrieval.qa.answering import CitationQA, QAConfig, build_messages, document_phrases, prompt_ids
+
+DOCS = [
+    {"id": "nyc", "title": "New York", "text": "New York City is the most populous city in the United States. "
+                                               "It lies on the Hudson River."},
+    {"id": "paris", "title": "Paris", "text": "Paris is the capital of France. The Seine river flows through Paris."},
+]
+QUESTION = "Which river flows through New York City?"
+
+
+class PreferPhrases(DotProductScorer):
+    """Every phrase a row may use outscores every token: greedy decoding emits phrases while it can."""
+
+    def forward(self, hidden, vectors, mask=None):
+        return super().forward(hidden, vectors, mask) + 1e4
+
+
+@pytest.fixture
+def model(llama, tokenizer):
+    return DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+
+
+def quick(**settings) -> QAConfig:
+    return QAConfig(**{"max_new_tokens": 6, "stop_at_newline": False, "max_sentences": 0, "agreement_top_k": 0} | settings)
+
+
+# ---------------------------------------------------------------- markers from provenance (no model)
+def test_a_phrase_without_marker_gets_its_document_number_after_it():
+    segments = [Segment("The river is", False), Segment(" the Hudson River", True, "1"), Segment(".", False)]
+    answer, citations = cite_segments(segments, num_documents=2)
+    assert answer == "The river is the Hudson River[1]."
+    assert [(c.number, c.span, c.origin) for c in citations] == [(1, "the Hudson River", "phrase")]
+    assert answer[citations[0].start :].startswith("[1]")
+
+
+def test_a_phrase_carrying_its_marker_is_not_marked_twice():
+    segments = [Segment(" the Hudson River[2]", True, "2"), Segment("[2] and", False), Segment(" Paris[1]", True, "1")]
+    answer, citations = cite_segments(segments, num_documents=2)
+    assert answer == " the Hudson River[2] and Paris[1]"
+    assert [(c.number, c.span, c.origin) for c in citations] == [(2, "the Hudson River", "phrase"), (1, "Paris", "phrase")]
+
+
+def test_model_written_markers_are_kept_with_the_span_before_them_and_bad_numbers_dropped():
+    segments = [Segment("It is old. The Seine flows[2] there[7][0].", False)]
+    answer, citations = cite_segments(segments, num_documents=3)
+    assert answer == "It is old. The Seine flows[2] there."
+    assert [(c.number, c.span, c.origin) for c in citations] == [(2, "The Seine flows", "model")]
+
+
+def test_numbered_phrases_carry_their_document_number_and_marker():
+    rows = [[Phrase(" New York"), Phrase(" Hudson River")], [Phrase(" New York"), Phrase(" the Seine")]]
+    marked = numbered_phrases(rows, markers=True)
+    assert [(p.text, p.source) for p in marked] == [
+        (" New York[1]", "1"), (" Hudson River[1]", "1"), (" New York[2]", "2"), (" the Seine[2]", "2")]
+    plain = numbered_phrases(rows, markers=False)
+    assert [(p.text, p.source) for p in plain] == [(" New York", "1"), (" Hudson River", "1"), (" the Seine", "2")]
+    assert strip_markers("The Seine[2] flows [1].") == "The Seine flows."
+
+
+def test_document_phrases_fit_the_table_with_their_marker(tokenizer):
+    for markers in (True, False):
+        phrases = document_phrases(DOCS, tokenizer, QAConfig(markers=markers), max_tokens=8)
+        assert phrases and {p.source for p in phrases} == {"1", "2"}
+        for phrase in phrases:
+            body = MARKER.sub("", phrase.text)
+            assert body in DOCS[int(phrase.source) - 1]["text"]  # cut verbatim from its document
+            assert len(tokenizer(body + "[1]", add_special_tokens=False)["input_ids"]) <= 8
+            assert phrase.text.endswith(f"[{phrase.source}]") == markers
+    content = document_phrases(DOCS, tokenizer, QAConfig(phrases="content"), max_tokens=8)
+    assert not any(MARKER.sub("", p.text).split()[-1].lower() in ("the", "of", "is") for p in content)
+    assert document_phrases(DOCS, tokenizer, QAConfig(phrases="none"), max_tokens=8) == []
+
+
+# ---------------------------------------------------------------- the prompt
+def test_the_prompt_numbers_the_documents_after_a_worked_example(tokenizer):
+    messages = build_messages(QUESTION, DOCS)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert "Document [1](Title: New York): New York City" in messages[-1]["content"]
+    assert "Document [2](Title: Paris)" in messages[-1]["content"] and "[1]" in messages[2]["content"]
+    plain = tokenizer.decode(prompt_ids(tokenizer, QUESTION, DOCS, QAConfig()))  # GPT-2 has no chat template
+    assert plain.endswith("Answer:") and plain.count("Question:") == 2
+    assert len(build_messages(QUESTION, DOCS, one_shot=False)) == 2
+
+
+def test_a_chat_template_is_used_when_the_tokenizer_has_one(tokenizer):
+    tokenizer.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}<assistant>{% endif %}")
+    text = tokenizer.decode(prompt_ids(tokenizer, QUESTION, DOCS, QAConfig()))
+    assert text.startswith("<system>Answer the question") and text.endswith("<assistant>")
+    assert "Answer:" not in tokenizer.decode(prompt_ids(tokenizer, QUESTION, DOCS, QAConfig()))
+    assert tokenizer.decode(prompt_ids(tokenizer, QUESTION, DOCS, QAConfig(chat_template="never"))).endswith("Answer:")
+
+
+# ---------------------------------------------------------------- answering
+def test_emitted_phrases_cite_their_documents_exactly(model):
+    model.scorer = PreferPhrases()
+    for markers in (True, False):
+        result = CitationQA(model, config=quick(markers=markers))(QUESTION, DOCS)
+        assert result.phrase_steps == result.steps == 6
+        phrase_citations = [c for c in result.citations if c.origin == "phrase"]
+        assert len(phrase_citations) == 6 and result.cited
+        for citation in phrase_citations:
+            assert citation.span in DOCS[citation.number - 1]["text"]
+            assert result.answer[citation.start :].startswith(f"[{citation.number}]")
+        assert [d["id"] for d in result.documents] == ["nyc", "paris"]
+
+
+def test_the_bare_system_is_the_lm_alone(model, llama, tokenizer):
+    bare = CitationQA(model, config=quick(phrases="none", max_new_tokens=5))(QUESTION, DOCS)
+    ids = prompt_ids(tokenizer, QUESTION, DOCS, QAConfig())
+    import torch
+
+    expected = llama.generate(torch.tensor([ids]), max_new_tokens=5, do_sample=False)[0, len(ids) :]
+    assert bare.text == tokenizer.decode(expected, skip_special_tokens=True).strip()
+    assert bare.num_phrases == 0 and bare.phrase_steps == 0
+
+
+def test_systems_answered_together_equal_each_answered_alone(model):
+    model.scorer = PreferPhrases()
+    configs = [quick(phrases="none"), quick(phrases="ngram"), quick(phrases="ngram", markers=False), quick(phrases="content")]
+    together = CitationQA(model).answer_many(QUESTION, configs, DOCS)
+    alone = [CitationQA(model, config=c)(QUESTION, DOCS) for c in configs]
+    assert [r.answer for r in together] == [r.answer for r in alone]
+    assert together[0].num_phrases == 0 and all(r.num_phrases for r in together[1:])
+
+
+def test_retrieved_documents_and_the_prefix_cache(model, tokenizer):
+    from retrieval import DocumentIndex
+    from tests.helpers import HashEncoder
+
+    index = DocumentIndex.build(DOCS + [{"id": "tokyo", "title": "Tokyo", "text": "Tokyo is the capital of Japan."}],
+                                HashEncoder(), index_type="flat")
+    qa = CitationQA(model, index)
+    results = qa.answer_many(QUESTION, [quick(top_k=1), quick(top_k=3, phrases="none")])
+    assert [len(r.documents) for r in results] == [1, 3]
+    fresh = CitationQA(model, index).answer_many(QUESTION, [quick(top_k=3, phrases="none")])
+    assert fresh[0].answer == results[1].answer  # a prompt prefilled from a cached prefix decodes the same
+
+
+def test_the_answer_ends_at_its_first_line_break(model, tokenizer):
+    from transformers import LogitsProcessor
+
+    newline = tokenizer("\n", add_special_tokens=False)["input_ids"][0]
+    start = len(prompt_ids(tokenizer, QUESTION, DOCS, QAConfig()))
+
+    class Script(LogitsProcessor):
+        """Writes two word tokens, then a line break, then more words."""
+
+        def __call__(self, input_ids, scores):
+            step = input_ids.shape[1] - start
+            scores[:] = -1e9
+            scores[:, newline if step == 2 else 1000 + step] = 0
+            return scores
+
+    generate = model.generate
+    model.generate = lambda *args, **kwargs: generate(*args, logits_processor=[Script()], **kwargs)
+    result = CitationQA(model, config=QAConfig(max_new_tokens=8, phrases="none", agreement_top_k=0))(QUESTION, DOCS)
+    assert result.steps == 3 and result.answer == tokenizer.decode([1000, 1001]).strip()
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [({"top_k": 0}, "top_k=0"), ({"phrases": "parsed"}, "phrases='parsed'"), ({"document_words": 0}, "document_words"),
+     ({"chat_template": "always"}, "chat_template"), ({"max_phrases": -1}, "max_phrases")],
+)
+def test_bad_settings_are_refused(settings, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        QAConfig(**settings)
+
+
+def test_bad_calls_are_refused(model, llama):
+    qa = CitationQA(model)
+    with pytest.raises(ValueError, match="no index"):
+        qa(QUESTION)
+    with pytest.raises(ValueError, match="non-empty"):
+        qa("  ", DOCS)
+    with pytest.raises(ValueError, match="documents is empty"):
+        qa(QUESTION, [])
+    with pytest.raises(TypeError, match="'text'"):
+        qa(QUESTION, [{"title": "no text"}])
+    with pytest.raises(ValueError, match="must agree on max_new_tokens"):
+        qa.answer_many(QUESTION, [quick(), quick(max_new_tokens=3)], DOCS)
+    with pytest.raises(TypeError, match="DynamicVocabLM"):
+        CitationQA(llama)
+
+
+def test_where_an_answer_ends():
+    from retrieval.qa.answering import answer_end
+
+    assert answer_end("The Seine[1]. It is long.", sentences=1) == len("The Seine[1].")
+    assert answer_end("The Seine.", sentences=1) == len("The Seine.")  # not over yet: nothing follows the period
+    assert answer_end("J. Smith wrote it. Then", sentences=1) == len("J. Smith wrote it.")
+    assert answer_end("The Seine\nmore", sentences=0) == len("The Seine")
+    assert answer_end("The Seine\nmore", newline=False) == len("The Seine\nmore")
+    assert answer_end("One. Two. Three", newline=False, sentences=2) == len("One. Two.")
