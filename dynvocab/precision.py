@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
 
-__all__ = ["cpu_processes", "encode_autocast_dtype", "mixed_precision"]
+__all__ = ["cpu_processes", "encode_autocast", "encode_autocast_dtype", "mixed_precision", "native_bf16"]
 
 
 def mixed_precision(setting: str) -> str:
@@ -23,17 +24,29 @@ def cpu_processes() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bfloat16 natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX.
+
+    Elsewhere (an AVX2 CPU, say) torch emulates bf16, several times slower than float32.
+    """
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private in torch 2.x: absent means no
+    return device.type == "cpu" and any(getattr(torch.cpu, check, lambda: False)() for check in checks)
+
+
 def encode_autocast_dtype(name: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for ``encode_dtype`` ``name`` on ``device``; None means no autocast (float32).
 
-    ``"auto"`` picks bfloat16 where the device computes it natively (a CUDA GPU with
-    bf16, a CPU with AVX-512 BF16 or AMX) and float32 elsewhere: an emulated bf16 is slower.
+    ``"auto"`` picks bfloat16 where the device computes it natively (:func:`native_bf16`) and float32
+    elsewhere: an emulated bf16 is slower. Every encoder of the library (phrase, document, DupMAE) asks here.
     """
     if name == "auto":
-        if device.type == "cuda":
-            native = torch.cuda.is_bf16_supported()
-        else:
-            checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private in torch 2.x: absent means no
-            native = device.type == "cpu" and any(getattr(torch.cpu, check, lambda: False)() for check in checks)
-        return torch.bfloat16 if native else None
+        return torch.bfloat16 if native_bf16(device) else None
     return None if name == "float32" else getattr(torch, name)
+
+
+def encode_autocast(device: torch.device, name: str = "auto") -> contextlib.AbstractContextManager:
+    """``torch.autocast`` in :func:`encode_autocast_dtype`'s dtype, or nothing when that is float32."""
+    dtype = encode_autocast_dtype(name, device)
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()

@@ -6,6 +6,7 @@ sentence-transformers for the same checkpoint (all-MiniLM-L6-v2 by default).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 from dataclasses import asdict, dataclass, field
@@ -182,7 +183,7 @@ class DenseEncoder:
             empty = int((lengths == 0).nonzero()[0, 0])
             raise ValueError(f"text {texts[empty]!r} tokenizes to no token, so it has no vector; drop it or give it words")
         amp = self.config.amp_dtype
-        with torch.autocast(self.device.type, dtype=getattr(torch, amp or "bfloat16"), enabled=amp is not None):
+        with torch.autocast(self.device.type, dtype=getattr(torch, amp)) if amp else contextlib.nullcontext():
             hidden = self.model(**batch).last_hidden_state
         vectors = pool(hidden.float(), batch["attention_mask"], self.config.pooling)
         if self.config.normalize:

@@ -214,14 +214,11 @@ class Generators:
     @property
     def index(self):
         if self._index is None:
-            from encoders import DenseEncoder
             from retrieval import DocumentIndex
             from retrieval.loading import demo_index, document_encoder
 
-            from dynvocab.assets import resolve_model
-
             path, name = self.config.index, self.config.encoder
-            encoder = document_encoder() if name == "minilm" else DenseEncoder(resolve_model(name))
+            encoder = document_encoder(name)
             if path:
                 self._index = DocumentIndex.load(path, encoder=encoder)
                 refuse_held_out(self._index.documents, self.config.data, path)

@@ -29,7 +29,8 @@ class BenchmarkConfig:
     batch_size: int = field(default=64, metadata={"help": "encoding batch size"})
     phrase_batches: int = field(default=10, metadata={"help": "queries whose top-k documents feed phrase timing"})
     smollm2: bool = field(default=True, metadata={"help": "also time phrase extraction with SmolLM2's tokenizer"})
-    fp32: bool = field(default=False, metadata={"help": "encode in exact fp32 instead of bfloat16 autocast"})
+    fp32: bool = field(default=False, metadata={"help": "encode in exact fp32 instead of the precision policy (bf16 "
+                                                        "autocast only where the CPU computes bf16 natively)"})
 
     def __post_init__(self) -> None:
         for name in ("num_queries", "k", "threads", "batch_size", "phrase_batches"):
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from transformers import AutoTokenizer, GPT2TokenizerFast
 
     from dynvocab.assets import fanoutqa_dev, gpt2_tokenizer_dir, minilm_dir, smollm2_dir, wikipedia_leads
+    from dynvocab.precision import encode_autocast_dtype
     from encoders import DenseEncoder
     from retrieval import DocumentIndex
 
@@ -107,12 +109,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     k = min(config.k, len(documents))
     print(f"load average at the start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
           "(other jobs slow every figure)")
+    amp = None if config.fp32 else encode_autocast_dtype("auto", torch.device("cpu"))
     print(f"{len(documents)} Wikipedia leads, {len(questions)} FanOutQA questions, k={k}, "
-          f"{config.threads} threads, encoder {'fp32' if config.fp32 else 'bf16 autocast'}, "
+          f"{config.threads} threads, encoder {'bf16 autocast' if amp else 'fp32'}, "
           f"faiss {faiss.__version__}, torch {torch.__version__}")
     results: dict[str, float] = {}
 
-    encoder = DenseEncoder(str(minilm_dir()), amp_dtype=None if config.fp32 else "bfloat16")
+    encoder = DenseEncoder(str(minilm_dir()), amp_dtype=amp)
     start, cpu = time.perf_counter(), time.process_time()
     vectors = encoder.encode([d["text"] for d in documents], batch_size=config.batch_size)
     results["encode_s"] = time.perf_counter() - start

@@ -17,11 +17,12 @@ from .index.dense import DocumentIndex
 __all__ = ["demo_index", "document_encoder", "is_hybrid_encoder", "leads_index", "load_stack"]
 
 
-def document_encoder():
-    """MiniLM, under bf16 autocast where the device computes bf16 natively (4-5x faster there, vectors within cosine
-    0.9999 of fp32) and in float32 elsewhere, where an emulated bf16 runs 5.7x slower (``dynvocab.precision``)."""
+def document_encoder(name: str = "minilm", **settings) -> DenseEncoder:
+    """A dense document encoder (``"minilm"``: the offline asset), under bf16 autocast where the device computes bf16
+    natively (4-5x faster there, vectors within cosine 0.9999 of fp32) and in float32 elsewhere, where an emulated bf16
+    runs 5.7x slower (``dynvocab.precision``). ``settings`` go to ``DenseEncoder`` (``max_length``, ``pooling``)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return DenseEncoder(resolve_model("minilm"), amp_dtype=encode_autocast_dtype("auto", device))
+    return DenseEncoder(resolve_model(name), amp_dtype=encode_autocast_dtype("auto", device), **settings)
 
 
 def is_hybrid_encoder(name_or_path: str) -> bool:
@@ -71,6 +72,6 @@ def load_stack(model: str, checkpoint: str | None, index_dir: str, encoder: str)
         hybrid = HybridEncoder.from_pretrained(encoder, representation=saved_representation(Path(index_dir)))
         index = HybridIndex.load(index_dir, encoder=hybrid)
         return load_dynamic_lm(model, checkpoint), index
-    documents = document_encoder() if encoder == "minilm" else DenseEncoder(resolve_model(encoder))
+    documents = document_encoder(encoder)
     index = DocumentIndex.load(index_dir, encoder=documents)
     return load_dynamic_lm(model, checkpoint), index

@@ -48,14 +48,13 @@ def cmd_train_mwt(args: argparse.Namespace) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> None:
-    from encoders import DenseEncoder
     from encoders.hybrid import HybridEncoder
     from retrieval import DocumentIndex
     from retrieval.index.hybrid import HybridIndex
     from retrieval.loading import document_encoder, is_hybrid_encoder
 
-    from ..assets import resolve_model
     from ..corpora import CORPORA, corpus_split
+    from ..precision import encode_autocast
 
     part = ""
     if args.data in CORPORA:
@@ -70,13 +69,14 @@ def cmd_index(args: argparse.Namespace) -> None:
     if not isinstance(source, list) and not Path(source).exists() and Path(source).suffix in (".jsonl", ".txt", ".json"):
         raise FileNotFoundError(f"--data {source!r} does not exist; pass a JSONL or text file, a folder, or 'wikipedia'")
     if is_hybrid_encoder(args.encoder):
-        hybrid = HybridIndex.build(source, HybridEncoder.from_pretrained(args.encoder, representation=args.representation),
-                                   candidates=args.candidates, query_terms=args.query_terms,
-                                   posting_terms=args.posting_terms, text_field=args.text_field, show_progress_bar=True)
+        encoder = HybridEncoder.from_pretrained(args.encoder, representation=args.representation)
+        with encode_autocast(encoder.device):  # bf16 only where the device computes it natively
+            hybrid = HybridIndex.build(source, encoder, candidates=args.candidates, query_terms=args.query_terms,
+                                       posting_terms=args.posting_terms, text_field=args.text_field, show_progress_bar=True)
         hybrid.save(args.output)
         print(f"indexed {len(hybrid)} documents{part} (hybrid {hybrid.encoder_info['label']}) into {args.output}")
         return
-    encoder = document_encoder() if args.encoder == "minilm" else DenseEncoder(resolve_model(args.encoder))
+    encoder = document_encoder(args.encoder)
     index = DocumentIndex.build(source, encoder, index_type=args.index_type, text_field=args.text_field, show_progress_bar=True)
     index.save(args.output)
     print(f"indexed {len(index)} documents{part} ({index.kind}) into {args.output}")

@@ -147,15 +147,12 @@ def load_items(config: QAEvalConfig) -> list[dict]:
 
 
 def load_index(config: QAEvalConfig):
-    from encoders import DenseEncoder
     from retrieval import DocumentIndex
     from retrieval.loading import document_encoder, leads_index
 
-    from dynvocab.assets import resolve_model
-
     if config.index is None:
         return leads_index(Path(".cache/demo"))
-    encoder = document_encoder() if config.encoder == "minilm" else DenseEncoder(resolve_model(config.encoder))
+    encoder = document_encoder(config.encoder)
     return DocumentIndex.load(config.index, encoder=encoder)
 
 

@@ -22,16 +22,16 @@ import faiss
 import numpy as np
 import torch
 
-from dynvocab.precision import encode_autocast_dtype
-
 from dynvocab.assets import resolve_model
 from dynvocab.config import JsonConfig
 from dynvocab.corpora import corpus_split, fanoutqa_subquestions
+from dynvocab.precision import encode_autocast
 from encoders import DenseEncoder
 from encoders.hybrid import REPRESENTATIONS, HybridEncoder, HybridVectors
+from retrieval.index.hybrid import HybridIndex
+from retrieval.loading import document_encoder
 from retrieval.training import EXPORT_DIR
 from retrieval.training.finetuning import FinetuneConfig, finetune
-from retrieval.index.hybrid import HybridIndex
 from retrieval.training.pairs import held_out_queries
 from retrieval.training.pretraining import PretrainConfig, pretrain
 
@@ -138,8 +138,7 @@ def _dense(encoder: DenseEncoder, documents: list[dict], sets: dict[str, list[di
 def _dense_encoder(path: str, config: RetrievalEvalConfig) -> DenseEncoder:
     """Mean pooling, under bf16 autocast where the device computes it natively (``dynvocab.precision``), as the hybrid
     encoders are run here."""
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return DenseEncoder(path, max_length=config.max_length, amp_dtype=encode_autocast_dtype("auto", device))
+    return document_encoder(path, max_length=config.max_length)
 
 
 def _truncate(vectors: HybridVectors, representation: str) -> HybridVectors:
@@ -153,8 +152,7 @@ def _hybrid(encoder: HybridEncoder, documents: list[dict], sets: dict[str, list[
     """Every representation from one encoding (``both``: CLS plus the top 384 entries). Its metrics score every
     document exactly (the representation, not the index's pruning); the default index's MRR@10, top-10
     agreement with exact scoring and latency are recorded beside them."""
-    dtype = encode_autocast_dtype("auto", encoder.device)
-    with torch.autocast(encoder.device.type, dtype=dtype, enabled=dtype is not None):
+    with encode_autocast(encoder.device):
         docs = encoder.encode([d["text"] for d in documents], show_progress_bar=True)
         encoded = {name: encoder.encode([q["question"] for q in queries], show_progress_bar=False)
                    for name, queries in sets.items()}

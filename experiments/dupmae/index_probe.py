@@ -17,8 +17,8 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-import torch
 
+from dynvocab.precision import encode_autocast
 from encoders.hybrid import HybridEncoder
 from evals.retrieval.footprint import synthetic_vectors, time_search
 from evals.retrieval.protocol import RetrievalEvalConfig, query_sets
@@ -55,7 +55,7 @@ def flat_search() -> None:
 def sparse_flatness(model: Path = MODEL) -> None:
     documents, _ = query_sets(RetrievalEvalConfig(documents=800, heldout_queries=150))
     encoder = HybridEncoder.from_pretrained(str(model), max_length=128)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with encode_autocast(encoder.device):  # bf16 only where the CPU computes it natively
         values = encoder.encode([d["text"] for d in documents]).values
     mass = np.cumsum(np.sort(values, 1)[:, ::-1] ** 2, 1)
     print("squared weight in the heaviest 16/32/64/128 of 384 entries:",
