@@ -48,13 +48,14 @@ def main(argv: list[str] | None = None) -> dict:
                                                               incomplete_cache=True, output_dir=str(workdir / "cached"),
                                                               **common)),
     }
-    streams = {name: trainer._stream() for name, trainer in trainers.items()}
+    for trainer in trainers.values():
+        trainer.before_training()  # its sample stream
     seconds: dict[str, list[float]] = {name: [] for name in trainers}
     tokens: dict[str, list[int]] = {name: [] for name in trainers}
     for repeat in range(args.steps + 1):
         for name, trainer in trainers.items():
             start = time.perf_counter()
-            terms = trainer.train_step(streams[name])
+            terms = trainer.train_step()
             if repeat:  # the first step of each is a warm-up
                 seconds[name].append(time.perf_counter() - start)
                 tokens[name].append(terms["tokens"])

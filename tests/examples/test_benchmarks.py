@@ -51,3 +51,11 @@ def test_nar_experiment(tmp_path):
     assert low <= change <= high
     assert "phrase / V=20000 learned shortlist" in report["systems"] and "V=20000 centroid shortlist batch 16" in report["latency"]
     assert (tmp_path / "out" / "report.md").read_text().startswith("# NAR generative retrieval")
+
+
+@pytest.mark.slow
+def test_phrase_cache_benchmark(capsys):
+    """Real assets (SmolLM2, the demo index): two warm-up and two measured prompts."""
+    result = load("benchmark_phrase_cache").main(["--warmup-prompts", "2", "--num-prompts", "2"])
+    assert result["prompts"] == 2 and result["encode"]["cache"]["mean_s"] > 0
+    assert 0.0 <= result["cache"]["hit_rate"] <= 1.0 and "hit rate" in capsys.readouterr().out
