@@ -37,9 +37,8 @@ class PhysicalInputs:
 def expansion_table(token_ids: list[tuple[int, ...]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Phrases' tokens as a padded ``(P, max_len)`` table (right-aligned) and their ``(P,)`` lengths."""
     width = max((len(ids) for ids in token_ids), default=1)
-    table = torch.zeros(len(token_ids), width, dtype=torch.long)
-    for row, ids in enumerate(token_ids):
-        table[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+    padded = [(0,) * (width - len(ids)) + tuple(ids) for ids in token_ids]  # one tensor call, not one per phrase
+    table = torch.tensor(padded, dtype=torch.long).reshape(len(token_ids), width)
     lengths = torch.tensor([len(ids) for ids in token_ids], dtype=torch.long)
     return table.to(device), lengths.to(device)
 

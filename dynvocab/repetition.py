@@ -50,9 +50,8 @@ class _PhraseAware(LogitsProcessor):
         self.vocab_size = vocab_size
         self.phrase_lengths = torch.tensor([len(ids) for ids in phrase_token_ids], dtype=torch.long)
         width = int(self.phrase_lengths.max()) if phrase_token_ids else 1
-        self.phrase_tokens = torch.full((len(phrase_token_ids), width), -1, dtype=torch.long)
-        for row, ids in enumerate(phrase_token_ids):
-            self.phrase_tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        padded = [tuple(ids) + (-1,) * (width - len(ids)) for ids in phrase_token_ids]
+        self.phrase_tokens = torch.tensor(padded, dtype=torch.long).reshape(len(phrase_token_ids), width)
         self._table = expansion_table(phrase_token_ids or [(0,)], torch.device("cpu"))
 
     def tokens_of(self, ids: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,93 @@
+"""Where a decoding step's time goes: the dynamic model with a prompt's phrases against the bare LM, paired.
+
+Both decode the same prompts greedily with the pipeline's safeguards (``no_repeat_ngram_size``; the dynamic model
+also with its phrase rules). The dynamic model's phrases get a bias of -1e4, so it emits none and writes exactly
+the bare LM's tokens: what is left is the cost of carrying the phrases. The two run in turn on each prompt, so a
+busy machine slows both alike. Prints the median time per step and the ratio (target: at most 1.05), then the
+functions that take the dynamic model's extra time (cProfile, own time, per step).
+
+    python examples/profile_decode_step.py --num-prompts 8 --output results/decode-profile/profile.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+TARGET = 1.05
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-prompts", type=int, default=8, help="held-out prompts decoded by each model")
+    parser.add_argument("--steps", type=int, default=64, help="decoding steps per prompt")
+    parser.add_argument("--top", type=int, default=25, help="functions listed from the profile")
+    parser.add_argument("--workdir", default=".cache/demo", help="where `make demo` keeps its index")
+    parser.add_argument("--output", help="also write the printed summary here")
+    args = parser.parse_args(argv)
+
+    from dynvocab.corpora import corpus_split
+    from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+    from retrieval.loading import demo_index
+    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+
+    model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
+    pipeline = PhrasePipeline(model, demo_index(Path(args.workdir), "wikipedia"), PipelineConfig(phrase_bias=-1e4))
+    tokenizer = model.tokenizer
+    leads = [lead for lead in corpus_split("wikipedia")[1] if len(tokenizer(lead["text"]).input_ids) > 32]
+    prompts = [tokenizer.decode(tokenizer(lead["text"]).input_ids[:32]) for lead in leads[: args.num_prompts]]
+    settings = pipeline.config.generation_kwargs()
+    bare_settings = {"do_sample": False, "no_repeat_ngram_size": pipeline.config.no_repeat_ngram_size}
+    per_step: dict[str, list[float]] = {"bare": [], "dynamic": []}
+    profile = cProfile.Profile()
+    phrases = 0
+    with torch.no_grad():
+        for prompt in prompts:
+            found = pipeline.candidates(pipeline.index.search_documents([prompt], k=pipeline.config.top_k)[0])
+            model.set_phrases(found, mid_sentence_forms=False)
+            phrases += len(found)
+            ids = tokenizer(prompt, return_tensors="pt").input_ids
+            for name in ("bare", "dynamic"):
+                start = time.perf_counter()
+                if name == "bare":
+                    out = model.lm.generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **bare_settings)
+                else:
+                    profile.enable()
+                    out = model.generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **settings)
+                    profile.disable()
+                per_step[name].append((time.perf_counter() - start) / (out.shape[1] - ids.shape[1]))
+                if name == "dynamic" and int((out >= model.vocab_size).sum()):
+                    raise RuntimeError("a phrase was emitted although its bias is -1e4: the comparison is off")
+
+    bare, dynamic = (statistics.median(per_step[n]) for n in ("bare", "dynamic"))
+    steps = len(prompts) * args.steps
+    lines = [
+        f"{len(prompts)} held-out prompts x {args.steps} steps, {phrases / len(prompts):.0f} phrases per prompt, "
+        f"{torch.get_num_threads()} threads",
+        f"bare LM step: median {1e3 * bare:.2f} ms; dynamic step, no phrase emitted: median {1e3 * dynamic:.2f} ms",
+        f"dynamic / bare: {dynamic / bare:.3f} (target <= {TARGET}: {'met' if dynamic / bare <= TARGET else 'missed'})",
+        f"\nThe dynamic model's functions by own time (cProfile; ms per step over {steps} steps):",
+    ]
+    stats = pstats.Stats(profile, stream=io.StringIO()).stats
+    ranked = sorted(stats.items(), key=lambda item: -item[1][2])[: args.top]
+    for (file, line, function), (_, calls, own, cumulative, _) in ranked:
+        where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
+        lines.append(f"{1e3 * own / steps:8.3f} ms own {1e3 * cumulative / steps:8.3f} ms total {calls / steps:8.1f} calls"
+                     f"  {function} ({where})")
+    text = "\n".join(lines)
+    print(text)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    return {"bare_s": bare, "dynamic_s": dynamic, "ratio": dynamic / bare}
+
+
+if __name__ == "__main__":
+    main()
