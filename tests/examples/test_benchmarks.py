@@ -59,3 +59,10 @@ def test_phrase_cache_benchmark(capsys):
     result = load("benchmark_phrase_cache").main(["--warmup-prompts", "2", "--num-prompts", "2"])
     assert result["prompts"] == 2 and result["encode"]["cache"]["mean_s"] > 0
     assert 0.0 <= result["cache"]["hit_rate"] <= 1.0 and "hit rate" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_decode_step_profile(capsys):
+    """Real assets: one prompt, four steps; the dynamic model emits no phrase, so its tokens are the bare LM's."""
+    result = load("profile_decode_step").main(["--num-prompts", "1", "--steps", "4", "--top", "5"])
+    assert result["bare_s"] > 0 and result["dynamic_s"] > 0 and "own time" in capsys.readouterr().out
