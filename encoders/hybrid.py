@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
+from .dense import pool
 from .dupmae import load_masked_lm, mlm_head
 from .masking import ordinary_tokens
 
@@ -47,6 +48,10 @@ class HybridEncoderConfig:
     use_dense: bool = field(default=True, metadata={"help": "include the dense [CLS] part"})
     sparse_k: int = field(default=384, metadata={"help": "vocabulary entries kept per text; 0: no sparse part"})
     max_length: int = field(default=256, metadata={"help": "texts are truncated to this many tokens"})
+    pooling: str = field(default="cls", metadata={
+        "help": "what the dense part projects: 'cls' (DupMAE's [CLS]) or 'mean' (the token mean a sentence encoder such "
+                "as MiniLM was trained for; with dense_dim equal to the hidden size the projection starts as the "
+                "identity, so the dense part starts as that encoder)"})
 
     def __post_init__(self) -> None:
         for name, low in (("dense_dim", 1), ("sparse_k", 0), ("max_length", 2)):
@@ -55,11 +60,14 @@ class HybridEncoderConfig:
                 raise ValueError(f"{name}={value!r} must be an int >= {low}")
         if not self.use_dense and self.sparse_k == 0:
             raise ValueError("use_dense=False with sparse_k=0 leaves no representation; keep one part")
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling={self.pooling!r}; choose 'cls' or 'mean'")
 
     @property
     def label(self) -> str:
-        """``CLS:384/OT:260`` style name of the representation."""
-        parts = ([f"CLS:{self.dense_dim}"] if self.use_dense else []) + ([f"OT:{self.sparse_k}"] if self.sparse_k else [])
+        """``CLS:384/OT:260`` style name of the representation (``MEAN:384`` for a mean-pooled dense part)."""
+        dense = f"{self.pooling.upper()}:{self.dense_dim}"
+        parts = ([dense] if self.use_dense else []) + ([f"OT:{self.sparse_k}"] if self.sparse_k else [])
         return "/".join(parts)
 
 
@@ -109,23 +117,24 @@ class HybridEncoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, representation: str = "both", dense_dim: int = 384,
-                        max_length: int = 256) -> HybridEncoder:
+                        max_length: int = 256, pooling: str = "cls") -> HybridEncoder:
         """Load a masked LM (a DupMAE or fine-tuned folder, or any BERT-like Hub name) as a hybrid encoder.
 
-        A folder written by :meth:`save_pretrained` brings back its projection and ``dense_dim``; otherwise a
-        fresh projection is made (the identity when ``dense_dim`` equals the hidden size).
+        A folder written by :meth:`save_pretrained` brings back its projection, ``dense_dim`` and ``pooling``;
+        otherwise a fresh projection of ``pooling`` is made (the identity when ``dense_dim`` equals the hidden size).
         """
         if representation not in REPRESENTATIONS:
             raise ValueError(f"representation={representation!r} is not one of {sorted(REPRESENTATIONS)}")
         model, tokenizer = load_masked_lm(name_or_path)
         folder, projection = Path(name_or_path), None
         if (folder / CONFIG_FILE).is_file():
-            dense_dim = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))["dense_dim"]
+            saved = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+            dense_dim, pooling = saved["dense_dim"], saved.get("pooling", "cls")  # folders saved before pooling: [CLS]
             projection = nn.Linear(model.config.hidden_size, dense_dim, bias=False)
             projection.load_state_dict(load_file(folder / PROJECTION_FILE))
         use_dense, sparse_k = REPRESENTATIONS[representation]
         config = HybridEncoderConfig(name=name_or_path, dense_dim=dense_dim, use_dense=use_dense, sparse_k=sparse_k,
-                                     max_length=max_length)
+                                     max_length=max_length, pooling=pooling)
         return cls(model, tokenizer, config, projection).eval()
 
     def save_pretrained(self, directory: str | Path) -> None:
@@ -169,7 +178,7 @@ class HybridEncoder(nn.Module):
         """``(dense (b, d'), vocabulary weights (b, V))``, both unit length; the weights keep only their top
         ``sparse_k`` entries (all when ``sparse_k`` is 0), so training scores exactly what the index stores."""
         hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        dense = F.normalize(self.projection(hidden[:, 0]), dim=-1)
+        dense = F.normalize(self.projection(pool(hidden, attention_mask, self.config.pooling)), dim=-1)
         ordinary = ordinary_tokens(input_ids, attention_mask, self.special_ids)
         logits = self.head(hidden).masked_fill(~ordinary[..., None], 0.0)
         weights = torch.log1p(torch.relu(logits.amax(dim=1)))

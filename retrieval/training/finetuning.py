@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,7 +35,7 @@ from .pairs import Pair, training_pairs
 from .pretraining import step_indices
 from .trainer import EncoderTrainer
 
-__all__ = ["ENCODER_KINDS", "ContrastiveModule", "FinetuneConfig", "finetune", "load_teacher"]
+__all__ = ["ENCODER_KINDS", "ContrastiveModule", "FinetuneConfig", "finetune", "likely_false_negative", "load_teacher"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,10 @@ class FinetuneConfig(LoopSettings, JsonConfig):
     batch_size: int = field(default=16, metadata={"help": "pairs per step and process (in-batch negatives)"})
     query_max_length: int = field(default=32, metadata={"help": "tokens per query"})
     max_length: int = field(default=128, metadata={"help": "tokens per document"})
-    dense_dim: int = field(default=384, metadata={"help": "hybrid: size of the projected [CLS] vector"})
+    dense_dim: int = field(default=384, metadata={"help": "hybrid: size of the projected dense vector"})
+    dense_pooling: str = field(default="cls", metadata={
+        "help": "hybrid: what the dense part projects: 'cls' (DupMAE's) or 'mean' (the starting sentence encoder's own "
+                "pooling; with dense_dim equal to its hidden size the dense part starts as that encoder)"})
     temperature: float = field(default=0.05, metadata={"help": "softmax temperature over scores: a cosine (dense) or the sum of the dense and sparse cosines (hybrid)"})
     hard_negatives_from: int = field(default=-1, metadata={"help": "step at which hard negatives are mined; -1: half of max_steps; >= max_steps: never"})
     hard_negative_depth: int = field(default=30, metadata={"help": "negatives are drawn from this many nearest wrong documents"})
@@ -135,7 +139,8 @@ def _documents(config: FinetuneConfig) -> list[dict]:
 def _build_encoder(config: FinetuneConfig):
     path = resolve_model(config.model)
     if config.encoder == "hybrid":
-        encoder = HybridEncoder.from_pretrained(path, dense_dim=config.dense_dim, max_length=config.max_length)
+        encoder = HybridEncoder.from_pretrained(path, dense_dim=config.dense_dim, max_length=config.max_length,
+                                                pooling=config.dense_pooling)
         return encoder.train(), encoder.tokenizer
     from transformers import AutoModel, AutoTokenizer
 
@@ -147,6 +152,13 @@ def _export(module: nn.Module, folder: Path, tokenizer) -> None:
     tokenizer.save_pretrained(folder)
 
 
+def likely_false_negative(text: str, title: str) -> bool:
+    """Whether a mined "negative" ``text`` names the positive's ``title`` (its disambiguation in brackets left out):
+    it is then likely about the positive's subject, and training it away would teach the retriever to miss it."""
+    name = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
+    return len(name) >= 3 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+
+
 class _Miner:
     """Mines one hard negative per pair of the steps from ``mining_step`` on, once; kept in ``output_dir`` as JSON."""
 
@@ -154,6 +166,7 @@ class _Miner:
                  documents: list[dict]) -> None:
         self.config, self.module, self.tokenizer, self.pairs = config, module, tokenizer, pairs
         self.documents = {d["id"]: d["text"] for d in documents}
+        self.titles = {d["id"]: d.get("title") or d["id"] for d in documents}
         self.path = Path(config.output_dir) / NEGATIVES_FILE / "negatives.json"
         self.negatives: dict[int, str] | None = None
         if self.path.is_file():
@@ -179,11 +192,15 @@ class _Miner:
         logger.info("mining hard negatives for %d queries among %d documents at step %d", len(rows), len(keys), step)
         with torch.inference_mode():
             found = _nearest(self.module, self.tokenizer, queries, texts, self.config)
-        self.negatives = {}
+        self.negatives, dropped = {}, 0
         for row, ranked in zip(rows, found):
-            wrong = [keys[i] for i in ranked if i >= 0 and keys[i] != self.pairs[row][2]][: self.config.hard_negative_depth]
-            if wrong:
-                self.negatives[row] = rng.choice(wrong)
+            positive = self.pairs[row][2]
+            wrong = [keys[i] for i in ranked if i >= 0 and keys[i] != positive][: self.config.hard_negative_depth]
+            kept = [k for k in wrong if not likely_false_negative(self.documents[k], self.titles[positive])]
+            dropped += len(wrong) - len(kept)
+            if kept:
+                self.negatives[row] = rng.choice(kept)
+        logger.info("dropped %d mined negatives that name their positive's title (likely false negatives)", dropped)
         if PartialState().is_main_process:  # every process mines the same negatives (same weights): one writes them
             with atomic_directory(self.path.parent) as staging:
                 (staging / self.path.name).write_text(json.dumps(self.negatives), encoding="utf-8")

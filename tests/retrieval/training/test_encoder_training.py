@@ -105,3 +105,33 @@ def test_pairs_come_from_the_corpus_and_held_out_sentences_are_cut():
     queries, indexed = held_out_queries(documents, seed=0)
     assert len(queries) == 4 and all(q["question"] not in d["text"] for q, d in zip(queries, indexed))
     assert split_sentences("A b c. D e f! G h?") == ["A b c.", "D e f!", "G h?"]
+
+
+def test_a_mean_pooled_dense_half_starts_as_the_sentence_encoder_it_is_built_on(tmp_path):
+    """dense_dim = hidden size and pooling='mean': before any training the dense half scores exactly as the starting
+    encoder (mean pooling, normalised), so fine-tuning starts from it instead of from a new projection of [CLS]."""
+    from encoders import DenseEncoder
+
+    folder = str(save_tiny_mlm(tmp_path / "tiny"))
+    hybrid = HybridEncoder.from_pretrained(folder, representation="cls", dense_dim=16, pooling="mean")
+    dense = DenseEncoder(folder, pooling="mean", normalize=True)
+    np.testing.assert_allclose(hybrid.encode(TEXTS).dense, dense.encode(TEXTS), atol=1e-5)
+    cls = HybridEncoder.from_pretrained(folder, representation="cls", dense_dim=16)
+    assert not np.allclose(cls.encode(TEXTS).dense, dense.encode(TEXTS), atol=1e-3)  # [CLS] is another vector
+    hybrid.save_pretrained(tmp_path / "saved")  # the pooling is part of the saved encoder
+    again = HybridEncoder.from_pretrained(str(tmp_path / "saved"), representation="cls")
+    assert again.config.pooling == "mean" and again.config.label == "MEAN:16"
+    np.testing.assert_allclose(again.encode(TEXTS).dense, dense.encode(TEXTS), atol=1e-5)
+
+
+@pytest.mark.parametrize(("text", "title", "dropped"), [
+    ("Angkor Wat is the largest religious monument.", "Angkor Wat", True),
+    ("The planet mercury is the closest to the Sun.", "Mercury (planet)", True),  # disambiguation left out
+    ("Mercurial traders met in the port.", "Mercury (planet)", False),  # a whole word, not a prefix
+    ("An ox pulls the cart.", "Ox", False),  # too short to tell
+    ("The Seine flows through the city.", "Paris", False),
+])
+def test_a_mined_negative_that_names_the_positive_is_dropped(text, title, dropped):
+    from retrieval.training.finetuning import likely_false_negative
+
+    assert likely_false_negative(text, title) is dropped
