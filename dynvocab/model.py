@@ -340,23 +340,28 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         kwargs.pop("return_dict", None)
         if self._lm_takes_logits_to_keep:
             kwargs["logits_to_keep"] = logits_to_keep
-        out = self.lm(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            output_hidden_states=True,
-            return_dict=True,
-            **kwargs,
-        )
+        # the phrases are scored on what the LM's output layer reads (its last, normed states, at the positions it
+        # keeps): caught on the way in, instead of asking the LM for every layer's states at every step
+        seen: list[torch.Tensor] = []
+        hook = self.lm.get_output_embeddings().register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0]))
+        try:
+            out = self.lm(
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                output_hidden_states=bool(output_hidden_states),
+                return_dict=True,
+                **kwargs,
+            )
+        finally:
+            hook.remove()
         if readback_widths is not None and out.past_key_values is not None:
             setattr(out.past_key_values, WIDTHS_ATTRIBUTE, readback_widths)
         logits = out.logits
         if vec_out is not None and vec_out.shape[0]:
-            hidden = out.hidden_states[-1]
-            if logits_to_keep and self._lm_takes_logits_to_keep:
-                hidden = hidden[:, -logits_to_keep:]
+            hidden = seen[-1]
             if phrase_mask is not None:
                 phrase_mask = _checked_phrase_mask(phrase_mask, hidden.shape[0], vec_out.shape[0]).to(hidden.device)
             logits = torch.cat([logits, self._calibrated(self.scorer(hidden, vec_out, phrase_mask)).to(logits.dtype)], dim=-1)

@@ -4,7 +4,7 @@ Both decode the same prompts greedily with the pipeline's safeguards (``no_repea
 also with its phrase rules). The dynamic model's phrases get a bias of -1e4, so it emits none and writes exactly
 the bare LM's tokens: what is left is the cost of carrying the phrases. The two run in turn on each prompt, so a
 busy machine slows both alike. Prints the median time per step and the ratio (target: at most 1.05), then the
-functions that take the dynamic model's extra time (cProfile, own time, per step).
+functions whose own time per step grows most from the bare LM to the dynamic model (cProfile of both).
 
     python examples/profile_decode_step.py --num-prompts 8 --output results/decode-profile/profile.txt
 """
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     settings = pipeline.config.generation_kwargs()
     bare_settings = {"do_sample": False, "no_repeat_ngram_size": pipeline.config.no_repeat_ngram_size}
     per_step: dict[str, list[float]] = {"bare": [], "dynamic": []}
-    profile = cProfile.Profile()
+    profiles = {"bare": cProfile.Profile(), "dynamic": cProfile.Profile()}
     phrases, differ = 0, 0
     with torch.no_grad():
         for prompt in prompts:
@@ -56,13 +56,12 @@ def main(argv: list[str] | None = None) -> dict:
             ids = tokenizer(prompt, return_tensors="pt").input_ids
             outputs = {}
             for name in ("bare", "dynamic"):
+                generate = model.lm.generate if name == "bare" else model.generate
                 start = time.perf_counter()
-                if name == "bare":
-                    out = model.lm.generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **bare_settings)
-                else:
-                    profile.enable()
-                    out = model.generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **settings)
-                    profile.disable()
+                profiles[name].enable()
+                out = generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps,
+                               **(bare_settings if name == "bare" else settings))
+                profiles[name].disable()
                 per_step[name].append((time.perf_counter() - start) / (out.shape[1] - ids.shape[1]))
                 outputs[name] = out[0].tolist()
                 if name == "dynamic" and int((out >= model.vocab_size).sum()):
@@ -77,13 +76,17 @@ def main(argv: list[str] | None = None) -> dict:
         f"{len(prompts) - differ} of {len(prompts)} prompts",
         f"bare LM step: median {1e3 * bare:.2f} ms; dynamic step, no phrase emitted: median {1e3 * dynamic:.2f} ms",
         f"dynamic / bare: {dynamic / bare:.3f} (target <= {TARGET}: {'met' if dynamic / bare <= TARGET else 'missed'})",
-        f"\nThe dynamic model's functions by own time (cProfile; ms per step over {steps} steps):",
+        f"\nFunctions by the own time per step they add to a bare step (cProfile of both; {steps} steps each):",
     ]
-    stats = pstats.Stats(profile, stream=io.StringIO()).stats
-    ranked = sorted(stats.items(), key=lambda item: -item[1][2])[: args.top]
-    for (file, line, function), (_, calls, own, cumulative, _) in ranked:
+    own = {name: {key: value[2] / steps for key, value in pstats.Stats(profile, stream=io.StringIO()).stats.items()}
+           for name, profile in profiles.items()}
+    calls = pstats.Stats(profiles["dynamic"], stream=io.StringIO()).stats
+    added = sorted(own["dynamic"], key=lambda key: own["bare"].get(key, 0.0) - own["dynamic"][key])[: args.top]
+    for key in added:
+        file, line, function = key
         where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
-        lines.append(f"{1e3 * own / steps:8.3f} ms own {1e3 * cumulative / steps:8.3f} ms total {calls / steps:8.1f} calls"
+        extra = own["dynamic"][key] - own["bare"].get(key, 0.0)
+        lines.append(f"{1e3 * extra:+8.3f} ms ({1e3 * own['dynamic'][key]:7.3f} ms own, {calls[key][1] / steps:6.1f} calls)"
                      f"  {function} ({where})")
     text = "\n".join(lines)
     print(text)
