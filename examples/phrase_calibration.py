@@ -64,7 +64,8 @@ def main() -> None:
     config = EvalConfig(model=args.model, num_prompts=args.skip + args.num_prompts, output_dir=args.output_dir)
     prompts = held_out_prompts(model.tokenizer, config)[args.skip :]
     pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), config.data), PipelineConfig())
-    agreements = sorted({0, pipeline.config.decoding_settings()["agreement_top_k"]})  # the raw scores, and as the pipeline decodes
+    # the raw scores, the strictest rule (the first token is the LM's own top token), and as the pipeline decodes
+    agreements = sorted({0, 1, pipeline.config.decoding_settings()["agreement_top_k"]})
     totals = {k: CalibrationCounts(BIASES) for k in agreements}
     for item in tqdm(prompts, desc="calibration"):
         documents = pipeline.index.search_documents([item["prompt"]], k=pipeline.config.top_k)[0]
@@ -99,7 +100,8 @@ def main() -> None:
     for k, rows in tables.items():
         best = max(rows, key=lambda row: row["accuracy"])
         lines += [
-            f"## {'Raw scores (no agreement)' if k == 0 else f'With first-token agreement, top {k} (as the pipeline decodes)'}",
+            f"## {'Raw scores (no agreement)' if k == 0 else f'With first-token agreement, top {k}'}"
+            f"{' (as the pipeline decodes)' if k == pipeline.config.decoding_settings()['agreement_top_k'] else ''}",
             "",
             "| bias | phrase wins | phrase fits | precision | recall | accuracy |",
             "|---|---|---|---|---|---|",

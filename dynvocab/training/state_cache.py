@@ -195,7 +195,8 @@ def build_state_cache(
 
     A folder holding a cache of another key is refused (:class:`StaleCacheError`). Under
     ``accelerate launch`` every process calls this and writes its own shards.
-    ``stop_after_shards`` ends this call early (as an interruption would): for tests.
+    The LM runs on the process's device (``PartialState().device``: its GPU where there is one) and is put
+    back where it was afterwards. ``stop_after_shards`` ends this call early (as an interruption would): for tests.
     """
     from accelerate import PartialState
 
@@ -222,9 +223,9 @@ def build_state_cache(
     stats = np.load(directory / "token_stats.npy", mmap_mode="r+")
     shards = [k for k in range(config["shards"]) if k % state.num_processes == state.process_index]
     todo = [k for k in shards if not (directory / "done" / f"shard-{k}").exists()]
-    device = next(lm.parameters()).device
+    home, device = next(lm.parameters()).device, state.device  # the LM runs on this process's accelerator
     was_training = lm.training
-    lm.eval()
+    lm.eval().to(device)
     bar = tqdm(total=len(shards), initial=len(shards) - len(todo), desc="caching LM states", unit="shard",
                disable=not state.is_local_main_process)
     for count, shard in enumerate(todo):
@@ -239,7 +240,7 @@ def build_state_cache(
         os.replace(marker.with_suffix(".partial"), marker)
         bar.update()
     bar.close()
-    lm.train(was_training)
+    lm.train(was_training).to(home)
     state.wait_for_everyone()
     if state.is_main_process and all((directory / "done" / f"shard-{k}").exists() for k in range(config["shards"])):
         _write_config(directory, config | {"complete": True})
@@ -285,12 +286,14 @@ def _write_shard(lm, rows: np.ndarray, tokens, hidden, stats, batch_size: int, d
         lse, top = logits.logsumexp(-1), logits.max(-1).values
         following = logits[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
         following = torch.cat([following, torch.full_like(following[:, :1], float("nan"))], dim=1)
-        last = out.hidden_states[-1]
+        # one copy to the host per batch, not per row
+        last = out.hidden_states[-1].to(torch.bfloat16 if dtype == "bfloat16" else torch.float32).cpu()
+        lse, following, top = lse.cpu(), following.cpu(), top.cpu()
         for row, (_, begin, end, offset) in enumerate(batch):
             length = int(end - begin)
             following[row, length - 1] = float("nan")
-            states = last[row, :length].to(torch.bfloat16 if dtype == "bfloat16" else torch.float32).cpu()
+            states = last[row, :length]
             hidden[offset : offset + length] = states.view(torch.uint16).numpy() if dtype == "bfloat16" else states.numpy()
-            stats[offset : offset + length, 0] = lse[row, :length].cpu().numpy()
-            stats[offset : offset + length, 1] = following[row, :length].cpu().numpy()
-            stats[offset : offset + length, 2] = top[row, :length].cpu().numpy()
+            stats[offset : offset + length, 0] = lse[row, :length].numpy()
+            stats[offset : offset + length, 1] = following[row, :length].numpy()
+            stats[offset : offset + length, 2] = top[row, :length].numpy()

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from accelerate import PartialState
 import torch.nn.functional as F
 
 from dynvocab import DynamicVocabLM
@@ -133,3 +134,17 @@ def test_the_spelling_mask_marks_each_phrase_where_it_spells_the_text():
     assert batch.phrases == [(5, 6), (6, 7), (5, 6, 7), (7, 5, 9)]
     # after token position 1 comes "7 5 6"; after 2, "5 6"; after 3, "6": only (5, 6) fits, after position 2
     assert fits.tolist() == [[False] * 4, [True, False, False, False], [False] * 4]
+
+
+def test_the_lm_runs_on_the_process_device_and_goes_back(llama, tokenizer, tmp_path, monkeypatch):
+    """A GPU machine caches on its GPU (``PartialState().device``), not where the LM was loaded; then it goes back."""
+    moves = []
+    original_to = type(llama).to
+
+    def spy(module, *args, **kwargs):
+        moves.append(torch.device(args[0]))
+        return original_to(module, *args, **kwargs)
+
+    monkeypatch.setattr(type(llama), "to", spy)
+    _build(llama, tokenizer, tmp_path / "cache")
+    assert moves == [PartialState().device, torch.device("cpu")]
