@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
-.PHONY: install assets demo test test-slow bench mutation clean
+.PHONY: install assets demo serve test test-browser test-slow bench mutation clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,12 +23,22 @@ assets: $(STAMP)
 demo: assets
 	$(OFFLINE) $(BIN)/dynvocab demo
 
+# the OpenAI-compatible server on the offline default (SmolLM2, Wikipedia) at http://127.0.0.1:8000; SERVE_ARGS adds flags
+serve: assets
+	$(OFFLINE) $(BIN)/dynvocab serve $(SERVE_ARGS)
+
 test: assets
 	$(BIN)/lint-imports
 	$(OFFLINE) $(BIN)/python -m pytest -q
 
 test-slow: assets
 	$(OFFLINE) $(BIN)/python -m pytest -q -m slow
+
+# the page's test in headless Chromium (Debian's package, driven by Playwright), and its screenshot for the docs
+test-browser: assets
+	command -v chromium || apt-get install -y chromium
+	$(BIN)/pip install -q -c constraints.txt playwright
+	DYNVOCAB_PAGE_SCREENSHOT=$(CURDIR)/docs/serving-page.png $(OFFLINE) $(BIN)/python -m pytest -q tests/dynvocab/serving/test_page.py
 
 bench: assets
 	$(OFFLINE) $(BIN)/python examples/benchmark_core.py

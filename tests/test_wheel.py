@@ -30,6 +30,8 @@ CHECK = textwrap.dedent(
     assert site in SHIPPED_ENCODER.resolve().parents and (SHIPPED_MWT / "multiword_vocab.json").is_file()
     assert trained_encoder(Path("demo-workdir")) == SHIPPED_ENCODER  # the demo trains nothing on the spot
     assert not Path("demo-workdir").exists()
+    from dynvocab.serving.page import page_html
+    assert 'fetch("/v1/completions"' in page_html()  # the server's page ships as package data
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
     model.set_phrases([" the United States", " New York City"])
     ids = model.tokenizer("He moved to", return_tensors="pt").input_ids

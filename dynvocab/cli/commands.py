@@ -1,5 +1,5 @@
 """The ``dynvocab`` command line: train, cache-states, train-mwt, index, generate, eval, demo, pretrain-encoder,
-finetune-encoder, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa."""
+finetune-encoder, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa, serve."""
 
 from __future__ import annotations
 
@@ -214,6 +214,16 @@ def cmd_eval_qa(args: argparse.Namespace) -> None:
     print(write_report(config, "dynvocab " + " ".join(args.argv), records, items, evidence, pages).read_text())
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    from ..serving.config import ServerConfig
+    from ..serving.logs import JsonFormatter
+    from ..serving.server import serve
+
+    for handler in logging.getLogger().handlers:  # one JSON object per log line, with the request id
+        handler.setFormatter(JsonFormatter())
+    serve(dataclass_from_args(ServerConfig, args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from evals.protocol import EvalConfig
     from evals.qa.protocol import QAEvalConfig
@@ -227,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     from retrieval.nar.training import NarTrainConfig
     from retrieval.nar.vocab import PhraseVocabConfig
 
+    from ..serving.config import ServerConfig
     from ..training.config import TrainConfig
     from ..training.multiword import MultiWordTrainConfig
 
@@ -358,6 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     eval_qa = commands.add_parser("eval-qa", dataclass_types=QAEvalConfig,
                                   help="citation-aware QA: bare LM against phrase systems; ALCE-style scores; resumable")
     eval_qa.set_defaults(func=cmd_eval_qa)
+
+    serve = commands.add_parser("serve", dataclass_types=ServerConfig,
+                                help="an OpenAI-compatible HTTP server: per-request phrase sets, batched ([serve] extra)")
+    serve.set_defaults(func=cmd_serve)
     return parser
 
 

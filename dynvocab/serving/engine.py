@@ -1,0 +1,256 @@
+"""The model side of the server: check a request against the model, then decode a batch of them in one
+``generate()`` call, each row with its own phrase set (the per-row sets of ``DynamicVocabLM.set_phrases``)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import StoppingCriteriaList
+
+from retrieval.pipeline import PhrasePipeline, PipelineConfig
+from retrieval.timing import StageTimer
+
+from ..model import DynamicVocabLM
+from ..padding import pad_id, pad_sequences
+from ..phrase_table import Phrase, PhraseTable
+from ..text import Segment
+from .config import ServerConfig
+from .errors import ApiError, invalid
+from .rows import Row, RowTracker, StepListener
+from .schemas import PIPELINE_SETTINGS, CompletionRequest, Document
+
+
+@dataclass
+class Job:
+    """A checked request waiting for (or in) a batch; requests with equal ``key`` may share one."""
+
+    request: CompletionRequest
+    request_id: str
+    prompt_ids: list[int]
+    phrases: list[Phrase]
+    documents: list[dict]
+    settings: PipelineConfig
+    key: tuple
+    on_step: Callable[[dict], None]
+    on_done: Callable[["Completion"], None]
+    on_error: Callable[[ApiError], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Completion:
+    """One finished request: text, why it ended, segments with sources, counts and stage times (seconds)."""
+
+    text: str
+    finish_reason: str
+    segments: list[dict]
+    prompt_tokens: int
+    completion_tokens: int
+    phrase_steps: int
+    num_phrases: int
+    documents: list[dict]
+    stages: dict[str, float]
+
+
+class Engine:
+    """A ``DynamicVocabLM`` and the corpora it may retrieve from, decoding batches of ``Job`` s (one thread at a time)."""
+
+    def __init__(self, model: DynamicVocabLM, corpora: dict[str, Any], model_name: str, config: ServerConfig) -> None:
+        self.model, self.corpora, self.model_name, self.config = model, corpora, model_name, config
+        self.eos = _eos_ids(model)
+        # requests are checked on the event loop while the worker decodes: a tokenizer of their own, so the two threads
+        # never share the Rust tokenizer (whose settings a call may change)
+        self.tokenizer = copy.deepcopy(model.tokenizer)
+        self.checker = PhraseTable(self.tokenizer, model.vocab_size, model.phrase_table.max_phrase_tokens)
+
+    # ------------------------------------------------------------------ checking, on the event loop
+    def check(self, request: CompletionRequest) -> tuple[list[int], list[Phrase], list[dict], PipelineConfig]:
+        """The request's prompt ids, phrases, documents and decoding settings; ``ApiError`` (4xx) for what the
+        schema cannot say alone: limits, the served model and corpora, phrases the phrase table refuses."""
+        limits = self.config
+        if request.model not in (None, self.model_name):
+            raise invalid("model", request.model, f"this server serves {self.model_name!r} only",
+                          f"send model={self.model_name!r} (GET /v1/models lists it) or leave it out", status=404)
+        if not 1 <= request.max_tokens <= limits.max_tokens_limit:
+            raise invalid("max_tokens", request.max_tokens, f"it must be 1..{limits.max_tokens_limit} on this server",
+                          f"send max_tokens between 1 and {limits.max_tokens_limit}")
+        if not request.prompt.strip():
+            raise invalid("prompt", request.prompt, "the prompt is empty or only whitespace",
+                          "send at least one word to continue")
+        prompt_ids = self.tokenizer(request.prompt)["input_ids"]
+        if len(prompt_ids) > limits.max_prompt_tokens:
+            raise invalid("prompt", request.prompt, f"it has {len(prompt_ids)} tokens, more than this server's "
+                          f"{limits.max_prompt_tokens}", "shorten the prompt")
+        if len(request.stops) > 4 or any(not stop for stop in request.stops):
+            raise invalid("stop", request.stop, "up to 4 stop strings, none empty", "send at most 4 non-empty strings")
+        return prompt_ids, self._phrases(request), self._documents(request), self._settings(request)
+
+    def _phrases(self, request: CompletionRequest) -> list[Phrase]:
+        phrases = request.phrases or []
+        if len(phrases) > self.config.max_phrases:
+            raise invalid("phrases", f"<{len(phrases)} phrases>", f"at most {self.config.max_phrases} phrases per request",
+                          "send fewer phrases, or documents to cut them from")
+        table = self.checker
+        try:
+            return [phrase for phrase, _ in table.validate(table.with_mid_sentence_forms(phrases))]
+        except (TypeError, ValueError) as error:
+            raise invalid("phrases", _offending(phrases, str(error)), str(error), "fix or drop that phrase") from None
+
+    def _documents(self, request: CompletionRequest) -> list[dict]:
+        given, k = request.documents or [], request.retrieve or 0
+        if len(given) + k > self.config.max_documents:
+            raise invalid("documents", f"<{len(given)} documents, retrieve={k}>",
+                          f"at most {self.config.max_documents} documents per request, sent and retrieved together",
+                          "send fewer documents or a smaller retrieve")
+        if (k or request.corpus is not None) and request.corpus not in (None, *self.corpora):
+            served = sorted(self.corpora) or "none"
+            raise invalid("corpus", request.corpus, f"the server was started with the corpora {served} only (a "
+                          "request names a served corpus, never a path)", f"send corpus as one of {served}, or leave it out")
+        if k and not self.corpora:
+            raise invalid("retrieve", k, "this server was started with --index none",
+                          "send documents instead, or restart the server with an index")
+        return [_document(d, n) for n, d in enumerate(given)]
+
+    def _settings(self, request: CompletionRequest) -> PipelineConfig:
+        chosen = {name: getattr(request, name) for name in PIPELINE_SETTINGS if getattr(request, name) is not None}
+        try:
+            return PipelineConfig(max_new_tokens=request.max_tokens, do_sample=not request.greedy,
+                                  temperature=request.temperature or 1.0, top_p=request.top_p, **chosen)
+        except (TypeError, ValueError) as error:
+            raise ApiError(400, f"the phrase settings are refused: {error}", code="invalid_phrase_settings") from None
+
+    def batch_key(self, request: CompletionRequest, settings: PipelineConfig, request_id: str) -> tuple:
+        """Requests with equal keys decode alike and may share a batch; a seeded sampled request decodes alone."""
+        alone = request_id if (not request.greedy and request.seed is not None) else None
+        return request.readback, tuple(sorted(settings.generation_kwargs().items())), alone
+
+    # ------------------------------------------------------------------ decoding, on the worker thread
+    @torch.no_grad()
+    def run(self, jobs: list[Job]) -> list[Completion]:
+        """Decode ``jobs`` (one key) in one ``generate()`` call; each job's listener hears its steps as they come."""
+        model, timer = self.model, StageTimer()
+        with timer.stage("retrieve"):
+            documents = [job.documents + self._retrieved(job) for job in jobs]
+        with timer.stage("extract"):
+            rows = [job.phrases + (PhrasePipeline(model, None, job.settings).candidates(docs) if docs else [])
+                    for job, docs in zip(jobs, documents)]
+        with timer.stage("encode"):
+            model.set_phrases(rows if len(rows) > 1 else rows[0], mid_sentence_forms=False)
+        batch_rows = range(len(jobs)) if len(jobs) > 1 else [None]
+        tracked = [Row(job.request.max_tokens, job.request.stops, self._listener(job, docs, row), job.cancelled)
+                   for job, docs, row in zip(jobs, documents, batch_rows)]
+        with timer.stage("decode"), _readback(model, jobs[0].request.readback):
+            self._generate(jobs, tracked)
+        stages = {stage: seconds / len(jobs) for stage, seconds in timer.totals().items()}
+        completions = [self._completion(job, row, docs, len(phrases), stages, batch_row)
+                       for job, row, docs, phrases, batch_row in zip(jobs, tracked, documents, rows, batch_rows)]
+        for job, completion in zip(jobs, completions):
+            job.on_done(completion)
+        return completions
+
+    def _listener(self, job: Job, documents: list[dict], batch_row: int | None) -> StepListener:
+        """The row's step listener: each step's text as a segment dict, a phrase's with its source, to ``job.on_step``."""
+        table, by_id = self.model.phrase_table, {str(d.get("id")): d for d in documents}
+
+        def on_step(text: str, phrase: int | None) -> None:
+            if phrase is None:
+                job.on_step({"type": "token", "text": text})
+                return
+            sources = table.row_sources(batch_row) if batch_row is not None else None
+            entry = table.phrases[phrase]
+            source = sources.get(entry.text, entry.source) if sources is not None else entry.source
+            job.on_step(_segment(Segment(text, True, source), by_id, entry.text))
+
+        return on_step
+
+    def _retrieved(self, job: Job) -> list[dict]:
+        k = job.request.retrieve
+        if not k:
+            return []
+        index = self.corpora[job.request.corpus or next(iter(self.corpora))]
+        return index.search_documents([job.request.prompt], k=k)[0]
+
+    def _generate(self, jobs: list[Job], rows: list[Row]) -> None:
+        model, pad = self.model, pad_id(self.model.tokenizer)
+        ids, mask = pad_sequences([job.prompt_ids for job in jobs], pad, side="left", device=model.device)
+        tracker = RowTracker(rows, lambda new: model.decode(new, skip_special_tokens=True), self.eos, model.vocab_size)
+        request = jobs[0].request
+        if not request.greedy and request.seed is not None:
+            torch.manual_seed(request.seed)
+        model.generate(ids, attention_mask=mask, max_new_tokens=max(job.request.max_tokens for job in jobs),
+                       pad_token_id=pad, stopping_criteria=StoppingCriteriaList([tracker]),
+                       **jobs[0].settings.generation_kwargs())
+        for row in rows:
+            row.finish_reason = row.finish_reason or "length"
+
+    def _completion(self, job: Job, row: Row, documents: list[dict], num_phrases: int, stages: dict[str, float],
+                    batch_row: int | None) -> Completion:
+        new = [token for token in row.ids if token not in self.eos]
+        segments = _cut(self.model.segments(new, skip_special_tokens=True, row=batch_row), len(row.text))
+        by_id = {str(d.get("id")): d for d in documents}
+        return Completion(
+            text=row.text, finish_reason=row.finish_reason, segments=[_segment(s, by_id) for s in segments],
+            prompt_tokens=len(job.prompt_ids), completion_tokens=len(row.ids),
+            phrase_steps=sum(token >= self.model.vocab_size for token in new), num_phrases=num_phrases,
+            documents=[{k: d[k] for k in ("id", "title", "score") if k in d} for d in documents], stages=stages,
+        )
+
+
+@contextmanager
+def _readback(model: DynamicVocabLM, readback: str | None) -> Iterator[None]:
+    """The model's read-back set to ``readback`` (None: as it is) for one batch, then put back."""
+    config = model.dynvocab_config
+    before = config.readback
+    config.readback = readback or before
+    try:
+        yield
+    finally:
+        config.readback = before
+
+
+def _eos_ids(model: DynamicVocabLM) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+
+
+def _document(document: str | Document, position: int) -> dict:
+    if isinstance(document, str):
+        return {"id": str(position), "title": "", "text": document}
+    return {"id": document.id or str(position), "title": document.title or "", "text": document.text}
+
+
+def _offending(phrases: list[str], message: str) -> str:
+    """The phrase an error message quotes (the table names it by its repr), else the list's start."""
+    return next((p for p in phrases if repr(p) in message or repr(p.strip()) in message), phrases[:3])
+
+
+def _cut(segments: list[Segment], length: int) -> list[Segment]:
+    """``segments`` cut to their first ``length`` characters (a stop string cuts the text)."""
+    kept, used = [], 0
+    for segment in segments:
+        if used >= length:
+            break
+        if used + len(segment.text) > length:
+            segment = Segment(segment.text[: length - used], segment.is_phrase, segment.source)
+        kept.append(segment)
+        used += len(segment.text)
+    return kept
+
+
+def _segment(segment: Segment, documents: dict[str, dict], phrase: str | None = None) -> dict:
+    """A segment as JSON: a phrase names its source document and the character offset of ``phrase`` (default: the
+    segment's text, stripped) in it; a phrase the request sent itself has no source."""
+    if not segment.is_phrase:
+        return {"type": "token", "text": segment.text}
+    document = documents.get(segment.source) if segment.source is not None else None
+    source = None
+    if document is not None:
+        offset = document["text"].find((phrase or segment.text).strip())
+        source = {"document": segment.source, "title": document.get("title", ""), "offset": offset}
+    return {"type": "phrase", "text": segment.text, "source": source}

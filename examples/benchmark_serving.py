@@ -1,0 +1,199 @@
+"""Load benchmark of ``dynvocab serve`` on loopback: concurrency 1, 4 and 8, each request with its own phrase set,
+against the bare LM served the same way, with a burst that fills the queue.
+
+The server runs in this process (uvicorn in a thread, 127.0.0.1, a free port); clients are a bounded asyncio loop
+of httpx streams, so time to first step is measured on the wire. Held-out Wikipedia leads give the prompts (their
+first 32 tokens); each request retrieves its own ``--retrieve`` documents from the served index (the training
+leads) and the phrases are cut from them. Every prompt first runs alone (greedy: the reference answers, and the
+phrase cache is warm after it); then each concurrency level sends all prompts, with phrases and bare. Reports
+requests/s, steps/s, p50/p95 latency, p50 time to first step, 5xx count, answers equal to their lone answer, and the
+503s of the burst.
+
+    nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import torch
+
+
+def prompts_of(count: int, tokenizer, prefix_tokens: int = 32) -> list[str]:
+    """The first ``prefix_tokens`` tokens of the first ``count`` held-out Wikipedia leads."""
+    from dynvocab.corpora import corpus_split
+
+    prompts = []
+    for lead in corpus_split("wikipedia")[1]:
+        ids = tokenizer(lead["text"], add_special_tokens=False).input_ids
+        if len(ids) > prefix_tokens:
+            prompts.append(tokenizer.decode(ids[:prefix_tokens]))
+        if len(prompts) == count:
+            return prompts
+    return prompts
+
+
+def start_server(engine, config) -> tuple[str, object, threading.Thread]:
+    import uvicorn
+
+    from dynvocab.serving.app import create_app
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(engine, config), log_config=None, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", server, thread
+
+
+async def one(client: httpx.AsyncClient, url: str, body: dict) -> dict:
+    """One streamed request: status, seconds to the first step and to the end, text, steps, Retry-After."""
+    start, first, text, steps = time.perf_counter(), None, "", 0
+    async with client.stream("POST", f"{url}/v1/completions", json=body | {"stream": True, "stream_options":
+                                                                          {"include_usage": True}}) as reply:
+        if reply.status_code != 200:
+            await reply.aread()
+            return {"status": reply.status_code, "retry_after": reply.headers.get("retry-after")}
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "usage" in chunk:
+                steps = chunk["usage"]["completion_tokens"]
+            elif chunk["choices"] and chunk["choices"][0]["finish_reason"] is None:
+                first = first or time.perf_counter()
+                text += chunk["choices"][0]["text"]
+    end = time.perf_counter()
+    return {"status": 200, "first_s": (first or end) - start, "seconds": end - start, "text": text, "steps": steps}
+
+
+async def run_level(url: str, bodies: list[dict], concurrency: int) -> tuple[list[dict], float]:
+    """All ``bodies`` with at most ``concurrency`` in flight; the replies in order and the wall time."""
+    gate = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=600) as client:
+        async def gated(body: dict) -> dict:
+            async with gate:
+                return await one(client, url, body)
+
+        start = time.perf_counter()
+        replies = await asyncio.gather(*(gated(body) for body in bodies))
+    return list(replies), time.perf_counter() - start
+
+
+def batches(url: str) -> tuple[float, float]:
+    """The server's batch-size histogram so far: (requests in batches, batches)."""
+    metrics = dict(line.rsplit(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines() if line[:1] != "#")
+    return float(metrics["dynvocab_batch_size_sum"]), float(metrics["dynvocab_batch_size_count"])
+
+
+def summary(replies: list[dict], seconds: float, lone: list[dict]) -> dict:
+    done = [r for r in replies if r["status"] == 200]
+    latency = sorted(r["seconds"] for r in done)
+    return {
+        "requests": len(replies), "answered": len(done), "5xx": sum(r["status"] >= 500 for r in replies),
+        "requests_per_s": len(done) / seconds, "steps_per_s": sum(r["steps"] for r in done) / seconds,
+        "p50_s": statistics.median(latency), "p95_s": latency[min(len(latency) - 1, round(0.95 * (len(latency) - 1)))],
+        "first_step_p50_s": statistics.median(r["first_s"] for r in done),
+        "equal_to_lone": sum(r.get("text") == alone.get("text") for r, alone in zip(replies, lone)),
+    }
+
+
+async def burst(url: str, size: int) -> dict:
+    """``size`` one-step requests at once: how many were refused with 503, all with Retry-After."""
+    async with httpx.AsyncClient(timeout=600) as client:
+        replies = await asyncio.gather(*(client.post(f"{url}/v1/completions", json={
+            "prompt": "The", "max_tokens": 1, "temperature": 0}) for _ in range(size)))
+    refused = [r for r in replies if r.status_code == 503]
+    return {"sent": size, "ok": sum(r.status_code == 200 for r in replies), "refused_503": len(refused),
+            "refused_with_retry_after": sum("retry-after" in r.headers for r in refused),
+            "other": sum(r.status_code not in (200, 503) for r in replies)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2", help="LM name or path (a tiny one in the tests)")
+    parser.add_argument("--checkpoint", default=None, help="phrase-encoder checkpoint; default: the shipped one")
+    parser.add_argument("--index", default="wikipedia", help="served corpus ('none': each request sends its lead)")
+    parser.add_argument("--num-prompts", type=int, default=16, help="held-out prompts per run")
+    parser.add_argument("--max-tokens", type=int, default=32, help="decoding steps per request")
+    parser.add_argument("--retrieve", type=int, default=8, help="documents each request retrieves")
+    parser.add_argument("--concurrency", default="1,4,8", help="client concurrency levels")
+    parser.add_argument("--max-batch-size", type=int, default=8)
+    parser.add_argument("--batch-wait-ms", type=float, default=10.0)
+    parser.add_argument("--max-queue", type=int, default=16, help="the burst sends 3x this many")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--output", help="folder for benchmark.json and benchmark.md")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    from dynvocab.serving import ServerConfig
+    from dynvocab.serving.server import load_engine
+
+    config = ServerConfig(model=args.model, checkpoint=args.checkpoint, index=args.index, port=0,
+                          max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue,
+                          max_tokens_limit=args.max_tokens)
+    engine = load_engine(config)
+    url, server, thread = start_server(engine, config)
+    prompts = prompts_of(args.num_prompts, engine.model.tokenizer)
+    base = {"max_tokens": args.max_tokens, "temperature": 0, "no_repeat_ngram_size": 4}
+    if engine.corpora:
+        phrased = [base | {"prompt": p, "retrieve": args.retrieve} for p in prompts]
+    else:  # no index: each request brings a document of its own (the next prompt's text)
+        phrased = [base | {"prompt": p, "documents": [prompts[(i + 1) % len(prompts)]]} for i, p in enumerate(prompts)]
+    bare = [base | {"prompt": p} for p in prompts]
+    try:
+        lone = {"phrases": asyncio.run(run_level(url, phrased, 1))[0], "bare": asyncio.run(run_level(url, bare, 1))[0]}
+        levels = {}
+        for concurrency in [int(c) for c in args.concurrency.split(",")]:
+            for mode, bodies in (("phrases", phrased), ("bare", bare)):
+                before = batches(url)
+                replies, seconds = asyncio.run(run_level(url, bodies, concurrency))
+                after = batches(url)
+                levels[f"{mode} c={concurrency}"] = summary(replies, seconds, lone[mode]) | {
+                    "mean_batch": (after[0] - before[0]) / max(after[1] - before[1], 1)}
+                print(f"{mode:8s} c={concurrency}: {json.dumps(levels[f'{mode} c={concurrency}'])}", flush=True)
+        queue = asyncio.run(burst(url, 3 * args.max_queue))
+        print(f"burst: {queue}")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+    result = {"command": "python examples/benchmark_serving.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, device "
+                         f"{engine.model.device}, load average {os.getloadavg()[0]:.1f} at the end",
+              "model": engine.model_name, "prompts": len(prompts), "max_tokens": args.max_tokens,
+              "levels": levels, "burst": queue}
+    if args.output:
+        write(Path(args.output), result)
+    return result
+
+
+def write(folder: Path, result: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
+    rows = ["| run | answered | 5xx | mean batch | req/s | steps/s | p50 s | p95 s | first step p50 s | equal to lone |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in result["levels"].items():
+        rows.append(f"| {name} | {s['answered']}/{s['requests']} | {s['5xx']} | {s['mean_batch']:.1f} | {s['requests_per_s']:.2f} | "
+                    f"{s['steps_per_s']:.1f} | {s['p50_s']:.2f} | {s['p95_s']:.2f} | {s['first_step_p50_s']:.3f} | "
+                    f"{s['equal_to_lone']}/{s['answered']} |")
+    (folder / "benchmark.md").write_text(
+        f"# dynvocab serve, load on loopback\n\n`{result['command']}`\n\n{result['machine']}; model {result['model']}; "
+        f"{result['prompts']} held-out prompts, {result['max_tokens']} steps each, greedy.\n\n" + "\n".join(rows)
+        + f"\n\nQueue burst: {json.dumps(result['burst'])}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Requests decoded together equal each one decoded alone, token for token (tiny float32 model, greedy); the queue
+is bounded; a bad request never disturbs the others."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dynvocab.serving.engine import Job
+from dynvocab.serving.errors import ApiError
+from dynvocab.serving.schemas import CompletionRequest
+
+from .documents import DOCS
+
+#: rows with different phrase sources, lengths, limits and stops; one bare
+REQUESTS = [
+    {"prompt": "The city of New York", "max_tokens": 10, "documents": [DOCS[0]["text"]]},
+    {"prompt": "Paris", "max_tokens": 7, "retrieve": 2},
+    {"prompt": "We walked along the river and saw", "max_tokens": 12, "phrases": ["the Hudson River", "Greater Tokyo"]},
+    {"prompt": "The cat sat on the mat and", "max_tokens": 9},
+    {"prompt": "Tokyo is", "max_tokens": 11, "documents": [DOCS[2]["text"], DOCS[1]["text"]], "stop": [" the"]},
+]
+
+
+def job(engine, fields: dict, number: int) -> Job:
+    request = CompletionRequest.model_validate({"temperature": 0, "agreement_top_k": 0, **fields})
+    prompt_ids, phrases, documents, settings = engine.check(request)
+    steps, done = [], []
+    made = Job(request, f"r{number}", prompt_ids, phrases, documents, settings,
+               engine.batch_key(request, settings, f"r{number}"), steps.append, done.append, done.append)
+    made.steps, made.done = steps, done
+    return made
+
+
+@pytest.mark.parametrize("phrases_win", [False, True], ids=["model-scores", "phrases-win"])
+def test_a_batch_equals_each_request_alone(make_engine, phrases_win):
+    engine = make_engine(phrases_win)
+    alone = [engine.run([job(engine, fields, n)])[0] for n, fields in enumerate(REQUESTS)]
+    together_jobs = [job(engine, fields, n) for n, fields in enumerate(REQUESTS)]
+    assert len({j.key for j in together_jobs}) == 1
+    together = engine.run(together_jobs)
+    if phrases_win:
+        assert sum(c.phrase_steps for c in alone) > 5  # the rows really wrote phrases, each from its own set
+    for single, batched, batched_job in zip(alone, together, together_jobs):
+        assert batched.text == single.text
+        assert batched.segments == single.segments
+        assert (batched.finish_reason, batched.completion_tokens) == (single.finish_reason, single.completion_tokens)
+        assert "".join(step["text"] for step in batched_job.steps) == batched.text
+
+
+def test_a_seeded_sampled_request_decodes_alone_and_greedy_ones_share(make_engine):
+    engine = make_engine()
+    sampled = [job(engine, {"prompt": "a", "temperature": 0.8, "seed": 1}, n) for n in range(2)]
+    greedy = [job(engine, {"prompt": "a", "seed": n}, n) for n in range(2)]
+    assert sampled[0].key != sampled[1].key
+    assert greedy[0].key == greedy[1].key
+
+
+def test_concurrent_http_requests_are_batched_and_equal_their_answers_alone(make_client):
+    client = make_client(phrases_win=True, batch_wait_ms=300.0)
+    bodies = [{"temperature": 0, "agreement_top_k": 0, **fields} for fields in REQUESTS]
+    alone = [client.post("/v1/completions", json=body).json()["choices"][0] for body in bodies]
+    bad = {"prompt": "x", "phrases": ["fine phrase", "bad <|endoftext|> phrase"], "temperature": 0}
+    with ThreadPoolExecutor(len(bodies) + 1) as pool:
+        replies = list(pool.map(lambda body: client.post("/v1/completions", json=body), [*bodies, bad]))
+    assert replies[-1].status_code == 400 and "special token" in replies[-1].json()["error"]["message"]
+    assert [r.json()["choices"][0] for r in replies[:-1]] == alone
+    metrics = dict(line.rsplit(" ", 1) for line in client.get("/metrics").text.splitlines() if line[:1] != "#")
+    assert float(metrics["dynvocab_batch_size_sum"]) == 2 * len(bodies)  # the bad request never reached a batch
+    assert float(metrics["dynvocab_batch_size_count"]) < 2 * len(bodies)  # the concurrent ones shared batches
+
+
+def test_a_full_queue_answers_503_with_retry_after(make_client):
+    client = make_client(max_queue=1, max_batch_size=1, batch_wait_ms=0.0)
+    engine = client.app.state.engine
+    release, started = threading.Event(), threading.Event()
+    run = engine.run
+
+    def held_run(jobs):
+        started.set()
+        release.wait(30)
+        return run(jobs)
+
+    engine.run = held_run
+    request = {"prompt": "The cat", "max_tokens": 2, "temperature": 0}
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(client.post, "/v1/completions", json=request)
+        assert started.wait(30)  # the first request is decoding
+        second = pool.submit(client.post, "/v1/completions", json=request)
+        while len(client.app.state.batcher) < 1:  # the second waits in the queue
+            pass
+        refused = client.post("/v1/completions", json=request)
+        release.set()
+        assert first.result().status_code == 200 and second.result().status_code == 200
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "queue is full" in refused.json()["error"]["message"]
+    assert 'dynvocab_errors_total{kind="queue_full"} 1.0' in client.get("/metrics").text
+
+
+def test_a_stopping_batcher_refuses_new_requests_and_fails_the_queued_ones(make_engine):
+    import asyncio
+
+    from dynvocab.serving.batching import Batcher
+    from dynvocab.serving.metrics import ServerMetrics
+
+    engine = make_engine(shutdown_timeout=0.0)
+    batcher = Batcher(engine, engine.config, ServerMetrics())
+    queued = job(engine, {"prompt": "The cat"}, 0)
+    batcher.submit(queued)  # never started: it stays queued
+    asyncio.run(batcher.stop())
+    assert not queued.steps and queued.done[0].status == 503 and queued.done[0].code == "shutting_down"
+    with pytest.raises(ApiError) as refused:
+        batcher.submit(job(engine, {"prompt": "The cat"}, 1))
+    assert refused.value.status == 503 and refused.value.headers["Retry-After"]
