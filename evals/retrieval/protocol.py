@@ -1,6 +1,9 @@
-"""``dynvocab eval-retrieval``: BM25, MiniLM as shipped, MiniLM fine-tuned and DupMAE (pre-trained on the
-target corpus, then fine-tuned) in each representation, on test queries no training pair saw.
+"""``dynvocab eval-retrieval``. By default the full-corpus evaluation (:mod:`.full_protocol`): every offline lead
+indexed, BM25, MiniLM as shipped and the trained encoders given, with paired intervals against MiniLM.
 
+``--quick true`` runs the older, smaller protocol below: BM25, MiniLM as shipped, MiniLM fine-tuned and DupMAE
+(pre-trained on the target corpus, then fine-tuned) in each representation, on test queries no training pair saw,
+over an index of only ``documents`` documents, where every system is near the ceiling.
 Query sets: the FanOutQA dev sub-questions whose evidence page is a lead (Wikipedia only), and one
 held-out sentence of each of ``heldout_queries`` held-out documents (cut out of the indexed text).
 The index holds the evidence pages, those held-out documents and training documents up to
@@ -48,9 +51,13 @@ logger = logging.getLogger(__name__)
 class RetrievalEvalConfig(JsonConfig):
     """Settings of ``dynvocab eval-retrieval``; the defaults fit 2 shared CPU cores in well under an hour."""
 
-    corpus: str = field(default="wikipedia", metadata={"help": "'wikipedia' (FanOutQA + held-out) or 'licenses' (held-out only)"})
-    output_dir: str = field(default="results/dupmae", metadata={"help": "report.md and results.json go here"})
-    work_dir: str = field(default=".cache/eval-retrieval", metadata={"help": "pre-trained and fine-tuned models (reused)"})
+    quick: bool = field(default=False, metadata={"help": "the quick 800-document protocol (trains per seed) instead of the full corpus"})
+    encoders: str = field(default="", metadata={"help": "full corpus: comma-separated trained encoder folders scored beside BM25 and MiniLM"})
+    full_heldout_queries: int = field(default=2000, metadata={"help": "full corpus: held-out leads (no FanOutQA evidence) giving a query each"})
+    bootstrap_seed: int = field(default=0, metadata={"help": "seed of the paired-bootstrap resampling"})
+    corpus: str = field(default="wikipedia", metadata={"help": "'wikipedia' (FanOutQA + held-out) or 'licenses' (held-out only; quick)"})
+    output_dir: str = field(default="", metadata={"help": "report.md and results.json go here; '': results/retrieval-full, quick: results/dupmae"})
+    work_dir: str = field(default=".cache/eval-retrieval", metadata={"help": "cached corpus vectors; quick: pre-trained and fine-tuned models (reused)"})
     seeds: str = field(default="0,1,2", metadata={"help": "comma-separated fine-tuning seeds"})
     documents: int = field(default=1000, metadata={"help": "documents in the index (evidence and held-out ones first)"})
     heldout_queries: int = field(default=200, metadata={"help": "held-out documents that give one query each"})
@@ -68,13 +75,23 @@ class RetrievalEvalConfig(JsonConfig):
     def __post_init__(self) -> None:
         if self.corpus not in ("wikipedia", "licenses"):
             raise ValueError(f"corpus={self.corpus!r}; choose 'wikipedia' or 'licenses'")
-        for name in ("documents", "heldout_queries", "pretrain_steps", "finetune_steps", "batch_size", "max_length",
+        if not self.quick and self.corpus != "wikipedia":
+            raise ValueError(f"corpus={self.corpus!r} has no full-corpus evaluation; pass --quick true or corpus='wikipedia'")
+        for name in ("full_heldout_queries", "documents", "heldout_queries", "pretrain_steps", "finetune_steps", "batch_size", "max_length",
                      "mining_documents", "benchmark_documents", "pretrain_batch_size", "pretrain_max_length"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive int")
         if not self.seed_list:
             raise ValueError(f"seeds={self.seeds!r} names no seed; pass e.g. '0,1,2'")
+
+    @property
+    def output_path(self) -> str:
+        return self.output_dir or ("results/dupmae" if self.quick else "results/retrieval-full")
+
+    @property
+    def encoder_list(self) -> list[str]:
+        return [path.strip() for path in self.encoders.split(",") if path.strip()]
 
     @property
     def seed_list(self) -> list[int]:
@@ -204,7 +221,12 @@ def _finetuned(config: RetrievalEvalConfig, name: str, model: str, encoder: str,
 
 
 def evaluate_retrieval(config: RetrievalEvalConfig, command: str = "") -> Path:
-    """Run every system and seed, write ``results.json`` and ``report.md`` into ``output_dir``; returns the report path."""
+    """Run the full-corpus evaluation, or with ``quick`` every quick system and seed; write ``results.json`` and
+    ``report.md`` into the output folder; returns the report path."""
+    if not config.quick:
+        from .full_protocol import evaluate_full_corpus
+
+        return evaluate_full_corpus(config, command)
     documents, sets = query_sets(config)
     logger.info("index of %d documents; query sets %s", len(documents), {k: len(v) for k, v in sets.items()})
     results: dict = {"BM25 (bm25s)": _bm25(documents, sets)}
@@ -220,7 +242,7 @@ def evaluate_retrieval(config: RetrievalEvalConfig, command: str = "") -> Path:
     record = {"command": command, "config": config.to_dict(), "documents": len(documents),
               "queries": {k: len(v) for k, v in sets.items()}, "pretraining": pretraining, "systems": results,
               "benchmark": index_benchmark(n=config.benchmark_documents), "versions": _versions()}
-    output = Path(config.output_dir)
+    output = Path(config.output_path)
     output.mkdir(parents=True, exist_ok=True)
     (output / "results.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
     return write_markdown(record, output / "report.md")

@@ -15,8 +15,8 @@ import numpy as np
 
 from dynvocab.config import as_int
 
-__all__ = ["hits_at_k", "mrr_at_k", "ndcg_at_k", "paired_relative_interval", "ranking_metrics", "recall_at_k",
-           "reciprocal_ranks"]
+__all__ = ["hits_at_k", "mrr_at_k", "ndcg_at_k", "paired_difference_interval", "paired_relative_interval",
+           "per_query_metrics", "ranking_metrics", "recall_at_k", "reciprocal_ranks"]
 
 Relevant = Hashable | set | frozenset | list | tuple
 
@@ -45,6 +45,33 @@ def paired_relative_interval(base: Sequence[float], other: Sequence[float], resa
     changes = np.where(totals > 0, np.asarray(other, dtype=np.float64)[picked].sum(1) / np.maximum(totals, 1e-300) - 1, 0.0)
     low, high = np.quantile(changes, [(1 - level) / 2, (1 + level) / 2])
     return float(low), float(high)
+
+
+def paired_difference_interval(base: Sequence[float], other: Sequence[float], resamples: int = 2000,
+                               level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``mean(other) - mean(base)`` over the same queries, resampled in pairs: an
+    interval above zero says ``other`` is ahead by more than the choice of queries explains."""
+    if len(base) != len(other) or not len(base):
+        raise ValueError(f"base and other must be per-query values of the same queries; got {len(base)} and {len(other)}")
+    if not 0 < level < 1 or resamples < 1:
+        raise ValueError(f"level={level} must lie in (0, 1) and resamples={resamples} be >= 1")
+    picked = np.random.default_rng(seed).integers(len(base), size=(resamples, len(base)))
+    differences = (np.asarray(other, dtype=np.float64) - np.asarray(base, dtype=np.float64))[picked].mean(1)
+    low, high = np.quantile(differences, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def per_query_metrics(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant],
+                      recall_ks: Sequence[int] = (1, 5, 10, 32), hits_ks: Sequence[int] = (5,)) -> dict[str, list[float]]:
+    """``{"recall@k", "hits@k" for each k, "mrr@10", "ndcg@10": one value per query}``: the inputs of paired
+    intervals; their means are :func:`ranking_metrics`' and :func:`hits_at_k`'s figures."""
+    for _ in _pairs(rankings, relevant, 1):  # checks the inputs before the per-query calls below
+        pass
+    metrics = {f"recall@{k}": [recall_at_k([r], [g], k) for r, g in zip(rankings, relevant)] for k in recall_ks}
+    metrics.update({f"hits@{k}": [hits_at_k([r], [g], k) for r, g in zip(rankings, relevant)] for k in hits_ks})
+    metrics["mrr@10"] = reciprocal_ranks(rankings, relevant, 10)
+    metrics["ndcg@10"] = [ndcg_at_k([r], [g], 10) for r, g in zip(rankings, relevant)]
+    return metrics
 
 
 def recall_at_k(rankings: Sequence[Sequence[Hashable]], relevant: Sequence[Relevant], k: int) -> float:

@@ -4,11 +4,14 @@ Pairs come from the corpus itself (:mod:`retrieval.training.pairs`). The first `
 in-batch negatives only; then the model of that moment encodes the training documents, FAISS (or the
 hybrid index) finds each remaining query's nearest wrong documents, and every later batch adds one of them
 per query. With ``teacher`` set, a cross-encoder's scores over (positive, hard negative) are distilled
-into the student (KL); a teacher that cannot be loaded (offline) is skipped with a warning.
+into the student (KL); a teacher that cannot be loaded (offline) is skipped with a warning. With ``anchor_weight``
+above 0, a frozen copy of the starting encoder scores the same batch, and the KL from its softmaxed score rows to
+the student's holds the model near the retriever it started from.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
@@ -35,7 +38,8 @@ from .pairs import Pair, training_pairs
 from .pretraining import step_indices
 from .trainer import EncoderTrainer
 
-__all__ = ["ENCODER_KINDS", "ContrastiveModule", "FinetuneConfig", "finetune", "likely_false_negative", "load_teacher"]
+__all__ = ["ENCODER_KINDS", "ContrastiveModule", "FinetuneConfig", "finetune", "likely_false_negative", "load_teacher",
+           "score_rows_kl"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +69,9 @@ class FinetuneConfig(LoopSettings, JsonConfig):
     mining_documents: int = field(default=3000, metadata={"help": "training documents encoded for mining (positives included)"})
     teacher: str = field(default="", metadata={"help": "cross-encoder to distil from (Hub name or folder); '': none"})
     distill_weight: float = field(default=1.0, metadata={"help": "weight of the distillation KL"})
+    anchor_weight: float = field(default=0.0, metadata={
+        "help": "weight of the KL towards a frozen copy of the starting encoder's scores on the same batch (keeps what "
+                "it knows); 0: none. Unmeasured on the full-corpus evaluation, hence 0"})
 
     config_name: ClassVar[str] = "finetune_config.json"
 
@@ -77,6 +84,9 @@ class FinetuneConfig(LoopSettings, JsonConfig):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive int")
         check_loop_settings(self)
+        if isinstance(self.anchor_weight, bool) or not isinstance(self.anchor_weight, (int, float)) \
+                or not self.anchor_weight >= 0:
+            raise ValueError(f"anchor_weight={self.anchor_weight!r} must be a number >= 0; 0 turns the anchor off")
         if not self.temperature > 0:
             raise ValueError(f"temperature={self.temperature!r} must be > 0; 0.05 suits cosine scores")
         if self.batch_size < 2:
@@ -87,30 +97,61 @@ class FinetuneConfig(LoopSettings, JsonConfig):
         return self.max_steps // 2 if self.hard_negatives_from < 0 else self.hard_negatives_from
 
 
-class ContrastiveModule(nn.Module):
-    """InfoNCE over in-batch (and hard) negatives, plus an optional KL towards a teacher's scores."""
+def score_rows_kl(student: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of KL(softmax(teacher) || softmax(student)) of scores ``(b, m)``, over the ``valid (b, m)``
+    entries only (masked ones hold the dtype's minimum in both and add nothing); 0 when the rows are equal."""
+    s, t = F.log_softmax(student.float(), 1), F.log_softmax(teacher.float(), 1)
+    return (t.exp() * (t - s)).masked_fill(~valid, 0.0).sum(1).mean()
 
-    def __init__(self, encoder: nn.Module, kind: str, temperature: float, distill_weight: float = 1.0) -> None:
+
+class ContrastiveModule(nn.Module):
+    """InfoNCE over in-batch (and hard) negatives, plus optional KLs towards a cross-encoder's scores and towards a
+    frozen ``anchor`` (the starting encoder) scoring the same batch."""
+
+    def __init__(self, encoder: nn.Module, kind: str, temperature: float, distill_weight: float = 1.0,
+                 anchor: nn.Module | None = None, anchor_weight: float = 0.0) -> None:
         super().__init__()
         self.encoder, self.kind, self.temperature, self.distill_weight = encoder, kind, temperature, distill_weight
+        self.anchor, self.anchor_weight = anchor, anchor_weight
+        if anchor is not None:
+            anchor.requires_grad_(False).eval()
 
-    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def train(self, mode: bool = True) -> ContrastiveModule:
+        """As ``nn.Module.train``, but the anchor stays in eval mode (no dropout): it is a fixed reference."""
+        super().train(mode)
+        if self.anchor is not None:
+            self.anchor.eval()
+        return self
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              encoder: nn.Module | None = None) -> tuple[torch.Tensor, ...]:
+        """Unit vectors of ``encoder`` (default: the one trained): ``((n, d),)`` dense, or (dense, sparse) hybrid."""
+        encoder = self.encoder if encoder is None else encoder
         if self.kind == "hybrid":
-            return self.encoder(input_ids, attention_mask)
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return encoder(input_ids, attention_mask)
+        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return (F.normalize(pool(hidden, attention_mask, "mean"), dim=-1),)
+
+    def scores(self, query_ids, query_mask, doc_ids, doc_mask, encoder: nn.Module | None = None) -> torch.Tensor:
+        """``(b, m)`` query-document scores over the temperature."""
+        queries, documents = self.embed(query_ids, query_mask, encoder), self.embed(doc_ids, doc_mask, encoder)
+        return sum(q @ d.T for q, d in zip(queries, documents)) / self.temperature
 
     def forward(self, query_ids, query_mask, doc_ids, doc_mask, doc_keys, teacher=None) -> dict[str, torch.Tensor]:
         """Queries ``(b, tq)``; documents ``(m, td)``, the first ``b`` the positives; ``doc_keys (m,)`` document ids
         (other rows of a query's own document are not negatives); ``teacher (b, 2)`` scores of (positive, hard)."""
-        queries, documents = self.embed(query_ids, query_mask), self.embed(doc_ids, doc_mask)
-        scores = sum(q @ d.T for q, d in zip(queries, documents)) / self.temperature
+        scores = self.scores(query_ids, query_mask, doc_ids, doc_mask)
         batch = query_ids.shape[0]
         own = doc_keys[None, :] == doc_keys[:batch, None]
         own[torch.arange(batch), torch.arange(batch)] = False
         scores = scores.masked_fill(own, torch.finfo(scores.dtype).min)
         terms = {"contrastive": F.cross_entropy(scores.float(), torch.arange(batch, device=scores.device))}
         terms["loss"] = terms["contrastive"]
+        if self.anchor is not None and self.anchor_weight > 0:
+            with torch.no_grad():
+                reference = self.scores(query_ids, query_mask, doc_ids, doc_mask, self.anchor)
+            terms["anchor"] = score_rows_kl(scores, reference.masked_fill(own, torch.finfo(reference.dtype).min), ~own)
+            terms["loss"] = terms["loss"] + self.anchor_weight * terms["anchor"]
         if teacher is not None:
             student = torch.stack([scores[torch.arange(batch), torch.arange(batch)], scores[:, batch:].diagonal()], 1)
             terms["distill"] = F.kl_div(F.log_softmax(student.float(), 1), F.log_softmax(teacher.float(), 1),
@@ -239,7 +280,9 @@ def finetune(config: FinetuneConfig, resume: bool = False) -> dict[str, float]:
         raise ValueError(f"data={config.data!r} gives {len(pairs)} training pairs, fewer than batch_size={config.batch_size}")
     torch.manual_seed(config.seed)
     encoder, tokenizer = _build_encoder(config)
-    module = ContrastiveModule(encoder, config.encoder, config.temperature, config.distill_weight)
+    anchor = copy.deepcopy(encoder) if config.anchor_weight > 0 else None
+    module = ContrastiveModule(encoder, config.encoder, config.temperature, config.distill_weight, anchor,
+                               config.anchor_weight)
     teacher = load_teacher(config.teacher) if config.teacher else None
     miner = _Miner(config, module, tokenizer, pairs, documents)
     keys: dict[str, int] = {}

@@ -74,3 +74,32 @@ def test_the_paired_interval_holds_the_relative_change_and_is_zero_for_equal_sys
     assert low < sum(noisy) / sum(base) - 1 < high and high - low > 0.01
     with pytest.raises(ValueError, match="same queries"):
         paired_relative_interval(base, base[:-1])
+
+
+def test_the_paired_difference_interval_is_exact_for_a_uniform_shift_and_holds_the_mean_difference():
+    from evals.retrieval.ranking import paired_difference_interval
+
+    base = [1.0, 0.5, 0.0, 0.25] * 25
+    assert paired_difference_interval(base, base) == (0.0, 0.0)
+    low, high = paired_difference_interval(base, [v + 0.1 for v in base])
+    assert low == pytest.approx(0.1) and high == pytest.approx(0.1)  # every query moves alike: no spread
+    noisy = [v + (0.2 if n % 2 else -0.1) for n, v in enumerate(base)]  # mean shift +0.05
+    low, high = paired_difference_interval(base, noisy)
+    # per-query differences +0.2 or -0.1, half each: a resampled mean is -0.1 + 0.3 p with p ~ Binomial(100, 1/2) / 100,
+    # whose 2.5% and 97.5% points (p = 0.40, 0.60) give about [+0.02, +0.08]
+    assert low == pytest.approx(0.02, abs=0.011) and high == pytest.approx(0.08, abs=0.011)
+    with pytest.raises(ValueError, match="same queries"):
+        paired_difference_interval(base, base[:-1])
+
+
+def test_per_query_metrics_average_to_the_report_row():
+    from evals.retrieval.ranking import per_query_metrics
+
+    values = per_query_metrics(RANKINGS, RELEVANT, recall_ks=(1, 5), hits_ks=(3,))
+    assert values["mrr@10"] == pytest.approx(reciprocal_ranks(RANKINGS, RELEVANT, 10))
+    assert values["hits@3"] == [1.0, 1.0] and values["recall@1"] == [0.0, 1 / 3]  # q2: 1 of its 3 relevant ids at rank 1
+    row = {**ranking_metrics(RANKINGS, RELEVANT, recall_ks=(1, 5)), "hits@3": hits_at_k(RANKINGS, RELEVANT, 3)}
+    for name, per_query in values.items():
+        assert sum(per_query) / len(per_query) == pytest.approx(row[name])
+    with pytest.raises(ValueError, match="one of each per query"):
+        per_query_metrics(RANKINGS, RELEVANT[:1])

@@ -62,6 +62,7 @@ CASES = [
     (lambda e, i: FinetuneConfig(encoder="sparse"), ValueError, "encoder='sparse'; choose one of"),
     (lambda e, i: FinetuneConfig(batch_size=1), ValueError, "leaves no in-batch negatives"),
     (lambda e, i: FinetuneConfig(temperature=0.0), ValueError, "temperature=0.0 must be > 0"),
+    (lambda e, i: FinetuneConfig(anchor_weight=-0.5), ValueError, "anchor_weight=-0.5 must be a number >= 0"),
     (lambda e, i: mixed_precision("fp8"), ValueError, "mixed_precision='fp8'"),
     (lambda e, i: training_pairs(["just a string"]), TypeError, "documents must be a list of"),
     (lambda e, i: RetrievalEvalConfig(corpus="msmarco"), ValueError, "corpus='msmarco'; choose"),

@@ -135,3 +135,67 @@ def test_a_mined_negative_that_names_the_positive_is_dropped(text, title, droppe
     from retrieval.training.finetuning import likely_false_negative
 
     assert likely_false_negative(text, title) is dropped
+
+
+def test_the_score_row_kl_matches_a_hand_computation_and_ignores_masked_entries():
+    from retrieval.training.finetuning import score_rows_kl
+
+    low = torch.finfo(torch.float32).min
+    student = torch.tensor([[0.0, 0.0, low]])
+    teacher = torch.tensor([[math.log(3.0), 0.0, low]])  # softmax (3/4, 1/4) against (1/2, 1/2)
+    valid = torch.tensor([[True, True, False]])
+    expected = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)
+    assert score_rows_kl(student, teacher, valid).item() == pytest.approx(expected, rel=1e-6)
+    assert score_rows_kl(teacher, teacher, valid).item() == 0.0
+
+
+def _anchored(kind, folder):
+    import copy
+
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    encoder = HybridEncoder.from_pretrained(folder, dense_dim=16, pooling="mean") if kind == "hybrid" \
+        else AutoModel.from_pretrained(folder)
+    return ContrastiveModule(encoder, kind, temperature=0.05, anchor=copy.deepcopy(encoder), anchor_weight=1.0)
+
+
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_the_anchor_term_is_zero_for_the_starting_encoder_and_positive_once_it_moves(tmp_path, kind):
+    """The anchor is a frozen copy of the starting encoder scoring the same batch: identical weights give identical
+    score rows (KL 0); moved weights give a positive KL whose gradient reaches the trained encoder only."""
+    from tests.tiny_mlm import tiny_mlm_tokenizer
+
+    module = _anchored(kind, str(save_tiny_mlm(tmp_path / "tiny"))).eval()
+    tokenizer = tiny_mlm_tokenizer()
+    q = tokenizer(["cat mat", "paris city", "dog water"], padding=True, return_tensors="pt")
+    d = tokenizer(TEXTS[:3] + TEXTS[4:], padding=True, return_tensors="pt")
+    args = (q["input_ids"], q["attention_mask"], d["input_ids"], d["attention_mask"], torch.tensor([0, 1, 2, 3]))
+    assert module(*args)["anchor"].item() == 0.0
+    with torch.no_grad():
+        for parameter in module.encoder.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    terms = module(*args)
+    assert terms["anchor"].item() > 1e-4
+    assert terms["loss"].item() == pytest.approx((terms["contrastive"] + terms["anchor"]).item(), rel=1e-6)
+    terms["loss"].backward()
+    assert all(p.grad is None for p in module.anchor.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.encoder.parameters())
+    assert not module.train().anchor.training  # the reference keeps dropout off while the student trains
+
+
+def test_finetuning_with_the_anchor_logs_its_term_and_exports_a_dense_encoder(tmp_path):
+    from encoders import DenseEncoder
+    from retrieval.training.finetuning import finetune
+
+    data = tmp_path / "corpus.jsonl"
+    sentences = ["The cat sat on the mat.", "The dog ran in the water.", "Paris is a city on the river.",
+                 "Money is in the bank.", "The eiffel tower is in paris."]
+    data.write_text("".join(json.dumps({"text": " ".join(sentences[i:] + sentences[:i])}) + "\n" for i in range(5)))
+    config = FinetuneConfig(model=str(save_tiny_mlm(tmp_path / "tiny")), encoder="dense", data=str(data),
+                            output_dir=str(tmp_path / "out"), batch_size=4, max_steps=2, save_every=2, log_every=1,
+                            warmup_steps=1, hard_negatives_from=5, anchor_weight=1.0, max_length=32)
+    finetune(config)
+    log = [json.loads(line) for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in log] == [1, 2] and all(row["anchor"] >= 0 for row in log) and log[1]["anchor"] > 0
+    assert DenseEncoder(str(tmp_path / "out" / "final")).encode(sentences).shape == (5, 16)

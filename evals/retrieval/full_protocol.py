@@ -1,0 +1,126 @@
+"""``dynvocab eval-retrieval`` (the default, full-corpus mode): BM25, MiniLM as shipped and any trained encoders
+given, each over all 10,033 leads with exact scoring (:mod:`.full_corpus`), compared with MiniLM as shipped by
+paired-bootstrap 95% intervals. Trains nothing: trained encoders come from ``dynvocab finetune-encoder``.
+
+Documents are truncated at 256 tokens (MiniLM's own ``max_seq_length``) and encoded in float32 unless the device
+computes bf16 natively (``dynvocab.precision``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+from collections.abc import Callable
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from dynvocab.assets import resolve_model
+from dynvocab.precision import encode_autocast, encode_autocast_dtype
+from retrieval.loading import document_encoder, is_hybrid_encoder
+
+from .embedding_cache import cached_vectors, weights_fingerprint
+from .full_corpus import BASELINE, bm25_rankings, compare_with, dense_rankings, full_corpus, hybrid_rankings, \
+    system_scores
+from .full_report import write_full_markdown
+
+if TYPE_CHECKING:
+    from .protocol import RetrievalEvalConfig
+
+__all__ = ["BASELINE_ENCODER", "FULL_MAX_LENGTH", "encoder_scores", "evaluate_full_corpus"]
+
+logger = logging.getLogger(__name__)
+
+#: the encoder every system is compared with (:data:`.full_corpus.BASELINE`): the offline all-MiniLM-L6-v2
+BASELINE_ENCODER = "minilm"
+#: tokens per document and query in the full-corpus mode: MiniLM's own max_seq_length
+FULL_MAX_LENGTH = 256
+
+Scores = dict[str, dict[str, list[float]]]  # {query set: {metric: per-query values}}
+
+
+def _bm25(documents: list[dict], sets: dict[str, list[dict]]) -> tuple[Scores, dict]:
+    texts = [d["text"] for d in documents]
+    return {name: system_scores(bm25_rankings(texts, [q["question"] for q in queries]), documents, queries)
+            for name, queries in sets.items()}, {}
+
+
+def _retriever(resolved: str, max_length: int) -> tuple[Callable, Callable, dict, torch.device]:
+    """``(encode(texts, progress), rank(doc vectors, query vectors), identity, device)`` of a dense or hybrid
+    encoder; ``identity`` (kind and settings) is part of the cache key."""
+    if is_hybrid_encoder(resolved):
+        from encoders.hybrid import HybridEncoder
+
+        hybrid = HybridEncoder.from_pretrained(resolved, representation="both", max_length=max_length)
+
+        def encode_hybrid(items: list[str], progress: bool = False):
+            with encode_autocast(hybrid.device):
+                return hybrid.encode(items, show_progress_bar=progress)
+
+        return encode_hybrid, partial(hybrid_rankings, vocab_size=hybrid.vocab_size), \
+            {"kind": "hybrid", "config": asdict(hybrid.config)}, hybrid.device
+    dense = document_encoder(resolved, max_length=max_length)
+
+    def encode_dense(items: list[str], progress: bool = False):
+        return dense.encode(items, show_progress_bar=progress)
+
+    return encode_dense, dense_rankings, {"kind": "dense", "config": dense.config.to_dict()}, dense.device
+
+
+def encoder_scores(path: str, documents: list[dict], sets: dict[str, list[dict]], cache_dir: str | Path,
+                   max_length: int = FULL_MAX_LENGTH) -> tuple[Scores, dict]:
+    """Per-query scores of a dense or hybrid encoder (folder, Hub name or ``"minilm"``) and its costs (encoding
+    seconds and documents/s, index bytes, exact-search ms/query); corpus vectors come from ``cache_dir`` if there."""
+    resolved = resolve_model(path)
+    encode, rank, identity, device = _retriever(resolved, max_length)
+    identity["weights"] = weights_fingerprint(resolved)
+    docs, cost = cached_vectors(lambda items: encode(items, True), [d["text"] for d in documents], identity, cache_dir)
+    scores, latency = {}, {}
+    for name, queries in sets.items():
+        ids, latency[name] = rank(docs, encode([q["question"] for q in queries]))
+        scores[name] = system_scores(ids, documents, queries)
+    dtype = encode_autocast_dtype("auto", device)
+    return scores, {"kind": identity["kind"], "encode_seconds": cost["seconds"], "documents_per_s": cost["documents_per_s"],
+                    "cached": cost["cached"], "index_bytes": _index_bytes(docs), "ms_per_query": latency,
+                    "dtype": str(dtype or "float32").removeprefix("torch.")}
+
+
+def _index_bytes(docs) -> int:
+    """Bytes of an exact index: float32 dense vectors; a hybrid's sparse entries as 16-bit ids and float32 values."""
+    if isinstance(docs, np.ndarray):
+        return int(docs.nbytes)
+    return int(docs.dense.nbytes + docs.values.nbytes + 2 * docs.ids.size)
+
+
+def evaluate_full_corpus(config: RetrievalEvalConfig, command: str = "") -> Path:
+    """Score every system, write ``results.json`` and ``report.md`` into the output folder; returns the report."""
+    documents, sets = full_corpus(config.full_heldout_queries)
+    logger.info("full corpus: %d documents; query sets %s", len(documents), {k: len(v) for k, v in sets.items()})
+    cache = Path(config.work_dir) / "embeddings"
+    runs = {"BM25 (bm25s)": _bm25(documents, sets), BASELINE: encoder_scores(BASELINE_ENCODER, documents, sets, cache)}
+    for path in config.encoder_list:
+        runs[path] = encoder_scores(path, documents, sets, cache)
+    base = runs[BASELINE][0]
+    systems = {name: {query_set: compare_with(base[query_set], scores[query_set], seed=config.bootstrap_seed)
+                      for query_set in sets} for name, (scores, _) in runs.items()}
+    record = {"command": command, "config": config.to_dict(), "documents": len(documents),
+              "queries": {k: len(v) for k, v in sets.items()}, "systems": systems,
+              "costs": {name: cost for name, (_, cost) in runs.items()}, "versions": _versions()}
+    output = Path(config.output_path)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "results.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    return write_full_markdown(record, output / "report.md")
+
+
+def _versions() -> dict[str, str]:
+    import bm25s
+    import faiss
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "faiss": faiss.__version__, "bm25s": bm25s.__version__, "torch_threads": str(torch.get_num_threads())}

@@ -1,0 +1,62 @@
+"""``report.md`` of the full-corpus ``dynvocab eval-retrieval``: per query set, each system's figures with its paired
+95% interval against MiniLM as shipped, then the costs (encoding, index bytes, exact-search latency)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .full_corpus import BASELINE
+
+__all__ = ["FULL_METRICS", "full_cell", "write_full_markdown"]
+
+FULL_METRICS = ("recall@1", "recall@5", "recall@10", "recall@32", "hits@5", "mrr@10", "ndcg@10")
+
+
+def full_cell(entry: dict[str, float], baseline: bool) -> str:
+    """``0.6140`` for the baseline, ``0.5120 (-0.102 [-0.140, -0.065])`` for another system: mean, then its difference
+    from the baseline with the 95% interval; a ``*`` marks an interval that excludes zero."""
+    if baseline:
+        return f"{entry['mean']:.4f}"
+    mark = "*" if entry["low"] > 0 or entry["high"] < 0 else ""
+    return f"{entry['mean']:.4f} ({entry['difference']:+.3f} [{entry['low']:+.3f}, {entry['high']:+.3f}]){mark}"
+
+
+def _costs(record: dict) -> list[str]:
+    lines = ["| system | documents/s (encoding the corpus) | index bytes | exact search ms/query | dtype |",
+             "|---|---|---|---|---|"]
+    for name, cost in record["costs"].items():
+        if not cost:
+            continue
+        latency = ", ".join(f"{k}: {v:.2f}" for k, v in cost["ms_per_query"].items())
+        lines.append(f"| {name} | {cost['documents_per_s']:.1f}{' (cached run)' if cost['cached'] else ''} | "
+                     f"{cost['index_bytes']:,} | {latency} | {cost['dtype']} |")
+    return lines
+
+
+def write_full_markdown(record: dict, path: Path) -> Path:
+    """Write the report and return its path."""
+    lines = ["# Retrieval over the full corpus (all offline Wikipedia leads, exact scoring)", "",
+             f"Command: `{record['command']}`", "",
+             f"Index: {record['documents']:,} documents, every one scored exactly (flat inner product; BM25 over all). "
+             "Queries: " + ", ".join(f"{k}: {v}" for k, v in record["queries"].items()) + ".", "",
+             f"Each cell: the mean over queries, then the difference from {BASELINE} with its paired-bootstrap 95% "
+             "interval (2,000 resamples of the queries, both systems on the same resample); `*`: the interval "
+             "excludes zero. `mrr@10 relative` is the relative change of MRR@10. A multi-hop question has several "
+             "relevant pages (its sub-questions' evidence): recall@k is the share of them in the top k, hits@5 whether "
+             "any is in the top 5 (with one relevant page the two are equal), MRR@10 counts the first.", ""]
+    for query_set in record["queries"]:
+        lines += [f"## {query_set}", "", "| system | " + " | ".join(FULL_METRICS) + " | mrr@10 relative |",
+                  "|---|" + "---|" * (len(FULL_METRICS) + 1)]
+        for name, sets in record["systems"].items():
+            row = sets[query_set]
+            cells = [full_cell(row[m], name == BASELINE) for m in FULL_METRICS]
+            relative = row["mrr@10 relative"]
+            cells.append("-" if name == BASELINE else
+                         f"{100 * relative['mean']:+.1f}% [{100 * relative['low']:+.1f}%, {100 * relative['high']:+.1f}%]")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Costs", "", *_costs(record), "",
+              "Timings come from a CPU shared with other jobs; compare them within one run.", "", "## Versions", "",
+              ", ".join(f"{k} {v}" for k, v in record["versions"].items()), ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
