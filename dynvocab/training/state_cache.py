@@ -38,6 +38,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..padding import pad_sequences
+from ..precision import cpu_processes
 from ..serialization import tokenizer_fingerprint
 from .samples import chunk_bounds
 
@@ -204,7 +205,7 @@ def build_state_cache(
         raise ValueError(f"dtype={dtype!r}; choose one of {sorted(_DTYPES)}")
     if not texts:
         raise ValueError("the corpus holds no text; pass the texts to cache")
-    state = PartialState()
+    state = PartialState(cpu=cpu_processes())  # without cpu=True, CPU processes would each run alone and race
     directory = Path(directory)
     key = cache_key(lm, tokenizer, texts, max_length, dtype)
     config_path = directory / CACHE_CONFIG
@@ -236,7 +237,7 @@ def build_state_cache(
         hidden.flush()
         stats.flush()
         marker = directory / "done" / f"shard-{shard}"
-        marker.with_suffix(".partial").write_text("", encoding="utf-8")
+        marker.with_suffix(".partial").write_text(f"process {state.process_index}\n", encoding="utf-8")  # who wrote it
         os.replace(marker.with_suffix(".partial"), marker)
         bar.update()
     bar.close()

@@ -159,6 +159,8 @@ def test_two_processes_write_the_state_cache_one_process_writes(setup):
     assert shards > 2 and json.loads((setup / "cache-two" / "cache_config.json").read_text())["complete"]
     for name in ("chunks.npy", "tokens.npy", "hidden.npy", "token_stats.npy", "texts.jsonl"):
         assert (setup / "cache-two" / name).read_bytes() == (one / name).read_bytes(), name
+    writers = [(setup / "cache-two" / "done" / f"shard-{k}").read_text() for k in range(shards)]
+    assert writers == [f"process {k % 2}\n" for k in range(shards)]  # the shards were split, not written twice
 
 
 def launch(root: Path, *arguments: str) -> None:
