@@ -6,7 +6,7 @@ sentence of each, and its title). This prints MRR@10 per system on the sub-quest
 document and on those whose evidence is held out, each with its paired 95% interval against MiniLM as shipped.
 Corpus vectors come from `dynvocab eval-retrieval`'s cache, so only the queries are encoded:
 
-    python experiments/retrieval/seen_pages.py runs/ft-minilm-anchor0.0/final runs/ft-minilm-anchor1.0/final
+    python experiments/retrieval-full/seen_pages.py runs/ft-minilm-anchor0.0/final runs/ft-minilm-anchor1.0/final
 """
 
 from __future__ import annotations
