@@ -21,8 +21,8 @@ from retrieval.training.pairs import held_out_queries
 from .footprint import time_search
 from .ranking import paired_difference_interval, paired_relative_interval, per_query_metrics
 
-__all__ = ["BASELINE", "FANOUT", "HELDOUT", "MULTI_HOP", "multi_hop_questions", "RANK_DEPTH", "bm25_rankings", "compare_with", "dense_rankings", "full_corpus",
-           "hybrid_rankings", "query_sets_over", "system_scores"]
+__all__ = ["BASELINE", "FANOUT", "HELDOUT", "MULTI_HOP", "RANK_DEPTH", "bm25_rankings", "compare_with", "dense_rankings",
+           "full_corpus", "hybrid_rankings", "multi_hop_questions", "query_sets_over", "system_scores"]
 
 #: the system every other is compared with
 BASELINE = "MiniLM as shipped"

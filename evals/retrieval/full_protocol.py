@@ -8,9 +8,7 @@ computes bf16 natively (``dynvocab.precision``).
 
 from __future__ import annotations
 
-import json
 import logging
-import platform
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
@@ -28,6 +26,7 @@ from .embedding_cache import cached_vectors, weights_fingerprint
 from .full_corpus import BASELINE, bm25_rankings, compare_with, dense_rankings, full_corpus, hybrid_rankings, \
     system_scores
 from .full_report import write_full_markdown
+from .report import save_report
 
 if TYPE_CHECKING:
     from .protocol import RetrievalEvalConfig
@@ -110,17 +109,5 @@ def evaluate_full_corpus(config: RetrievalEvalConfig, command: str = "") -> Path
                       for query_set in sets} for name, (scores, _) in runs.items()}
     record = {"command": command, "config": config.to_dict(), "documents": len(documents),
               "queries": {k: len(v) for k, v in sets.items()}, "systems": systems,
-              "costs": {name: cost for name, (_, cost) in runs.items()}, "versions": _versions()}
-    output = Path(config.output_path)
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "results.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
-    return write_full_markdown(record, output / "report.md")
-
-
-def _versions() -> dict[str, str]:
-    import bm25s
-    import faiss
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "faiss": faiss.__version__, "bm25s": bm25s.__version__, "torch_threads": str(torch.get_num_threads())}
+              "costs": {name: cost for name, (_, cost) in runs.items()}}
+    return save_report(record, config.output_path, write_full_markdown)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import ClassVar
 
 import faiss
 import numpy as np
-import torch
 
 from dynvocab.assets import resolve_model
 from dynvocab.config import JsonConfig
@@ -40,7 +38,7 @@ from retrieval.training.pretraining import PretrainConfig, pretrain
 
 from .footprint import exact_agreement, index_benchmark, time_search
 from .ranking import ranking_metrics
-from .report import write_markdown
+from .report import save_report, write_markdown
 
 __all__ = ["RetrievalEvalConfig", "evaluate_retrieval", "query_sets"]
 
@@ -241,19 +239,5 @@ def evaluate_retrieval(config: RetrievalEvalConfig, command: str = "") -> Path:
             results[f"DupMAE+FT {representation}, seed {seed}"] = row
     record = {"command": command, "config": config.to_dict(), "documents": len(documents),
               "queries": {k: len(v) for k, v in sets.items()}, "pretraining": pretraining, "systems": results,
-              "benchmark": index_benchmark(n=config.benchmark_documents), "versions": _versions()}
-    output = Path(config.output_path)
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "results.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
-    return write_markdown(record, output / "report.md")
-
-
-def _versions() -> dict[str, str]:
-    import bm25s
-    import scipy
-    import torch
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "faiss": faiss.__version__, "scipy": scipy.__version__, "bm25s": bm25s.__version__,
-            "torch_threads": str(torch.get_num_threads())}
+              "benchmark": index_benchmark(n=config.benchmark_documents)}
+    return save_report(record, config.output_path, write_markdown)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import platform
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["grouped", "target_lines", "write_markdown"]
+__all__ = ["grouped", "save_report", "software_versions", "target_lines", "write_markdown"]
 
 METRICS = ("mrr@10", "ndcg@10", "recall@5", "recall@20", "recall@100")
 FANOUT = "FanOutQA sub-questions"
@@ -110,3 +113,26 @@ def write_markdown(record: dict, path: Path) -> Path:
               ", ".join(f"{k} {v}" for k, v in record["versions"].items()), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def software_versions() -> dict[str, str]:
+    """The versions a retrieval report depends on, and torch's thread count."""
+    import bm25s
+    import faiss
+    import scipy
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "faiss": faiss.__version__, "scipy": scipy.__version__, "bm25s": bm25s.__version__,
+            "torch_threads": str(torch.get_num_threads())}
+
+
+def save_report(record: dict, folder: str | Path, write: Callable[[dict, Path], Path]) -> Path:
+    """Write ``record`` (with :func:`software_versions` added) as ``results.json`` and, by ``write``, ``report.md``
+    into ``folder``; returns the report's path."""
+    output = Path(folder)
+    output.mkdir(parents=True, exist_ok=True)
+    record = {**record, "versions": software_versions()}
+    (output / "results.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    return write(record, output / "report.md")
