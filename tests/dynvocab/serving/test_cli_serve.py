@@ -16,6 +16,15 @@ from dynvocab.cli import build_parser
 from dynvocab.serving import ServerConfig
 
 
+def start_serve(tiny_lm_dir, *flags: str) -> tuple[subprocess.Popen, str]:
+    """``dynvocab serve`` on the tiny LM, no index, a free port, plus ``flags``: the process and its first stdout line."""
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DYNVOCAB_API_KEY": ""}
+    server = subprocess.Popen([sys.executable, "-m", "dynvocab", "serve", "--model", str(tiny_lm_dir), "--index", "none",
+                               "--port", "0", *flags], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=env)
+    return server, server.stdout.readline()
+
+
 def test_the_serve_flags_fill_the_server_config():
     args = build_parser().parse_args(["serve", "--index", "none", "--port", "0", "--max-batch-size", "4",
                                       "--batch-wait-ms", "5", "--max-queue", "3", "--max-tokens-limit", "9",
@@ -26,12 +35,8 @@ def test_the_serve_flags_fill_the_server_config():
 
 
 def test_serve_prints_its_address_and_finishes_the_request_in_flight_on_sigterm(tiny_lm_dir):
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DYNVOCAB_API_KEY": ""}
-    server = subprocess.Popen([sys.executable, "-m", "dynvocab", "serve", "--model", str(tiny_lm_dir), "--index",
-                               "none", "--port", "0", "--max-tokens-limit", "400"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=env)
+    server, line = start_serve(tiny_lm_dir, "--max-tokens-limit", "400")
     try:
-        line = server.stdout.readline()
         assert line.startswith("dynvocab serve: ") and " on http://127.0.0.1:" in line, line
         url = line.split(" on ")[1].split()[0]
         request = {"prompt": "The cat", "max_tokens": 200, "temperature": 0, "stream": True}
@@ -49,12 +54,9 @@ def test_serve_prints_its_address_and_finishes_the_request_in_flight_on_sigterm(
 
 
 def test_a_request_still_running_at_the_shutdown_timeout_fails_cleanly(tiny_lm_dir):
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DYNVOCAB_API_KEY": ""}
-    server = subprocess.Popen([sys.executable, "-m", "dynvocab", "serve", "--model", str(tiny_lm_dir), "--index",
-                               "none", "--port", "0", "--max-tokens-limit", "100000", "--shutdown-timeout", "1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    server, line = start_serve(tiny_lm_dir, "--max-tokens-limit", "100000", "--shutdown-timeout", "1")
     try:
-        url = server.stdout.readline().split(" on ")[1].split()[0]
+        url = line.split(" on ")[1].split()[0]
         request = {"prompt": "The cat", "max_tokens": 100_000, "temperature": 0, "stream": True}
         with httpx.Client(timeout=120) as client, client.stream("POST", f"{url}/v1/completions", json=request) as reply:
             lines = reply.iter_lines()
@@ -73,12 +75,8 @@ def test_a_request_still_running_at_the_shutdown_timeout_fails_cleanly(tiny_lm_d
 
 @pytest.mark.slow
 def test_two_workers_share_the_port_and_both_answer(tiny_lm_dir):
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DYNVOCAB_API_KEY": ""}
-    server = subprocess.Popen([sys.executable, "-m", "dynvocab", "serve", "--model", str(tiny_lm_dir), "--index",
-                               "none", "--port", "0", "--workers", "2"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=env)
+    server, line = start_serve(tiny_lm_dir, "--workers", "2")
     try:
-        line = server.stdout.readline()
         assert "2 worker(s)" in line, line
         url = line.split(" on ")[1].split()[0]
         with httpx.Client(timeout=120) as client:
