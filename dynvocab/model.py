@@ -8,6 +8,7 @@ import logging
 import operator
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +22,7 @@ from .config import DynamicVocabConfig
 from .agreement import FirstTokenMass, PhraseAgreement, PhraseBias
 from .phrase_encoder import PhraseEncoder, unwrap_model
 from .phrase_cache import PhraseVectorCache
+from .phrase_store import PhraseVectorStore, encoder_fingerprint
 from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
 from .precision import encode_autocast_dtype
 from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
@@ -77,6 +79,9 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         #: output vectors of phrases encoded so far, by token ids: free when a later phrase set brings them back
         self.phrase_cache = PhraseVectorCache(config.phrase_cache_mb * 2**20)
         self._cache_key: tuple | None = None  # the encoder version and dtypes the cached vectors were made with
+        #: output vectors computed ahead of time, read before encoding (``use_phrase_store``)
+        self.phrase_store: PhraseVectorStore | None = None
+        self._store_key: tuple | None = None  # the encoder version and dtypes the store was checked against
         self._expansion_key: tuple | None = None  # the table version and device the read-back's lookup was built for
         self._expansion_cache: tuple[torch.Tensor, torch.Tensor] | None = None
         self._lm_takes_logits_to_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
@@ -193,8 +198,27 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             table.append_output_vectors(self._output_vectors(todo, version))
         self._encoded_version = version
 
+    def use_phrase_store(self, store: PhraseVectorStore | str | Path | None) -> None:
+        """Read phrase output vectors from ``store`` (a ``PhraseVectorStore`` or its folder) before encoding any;
+        None stops. The store must come from this phrase encoder and dtypes; once the encoder's weights change
+        it is no longer read."""
+        if store is None:
+            self.phrase_store = self._store_key = None
+            return
+        store = store if isinstance(store, PhraseVectorStore) else PhraseVectorStore(store)
+        settings = self.dynvocab_config
+        fingerprint = encoder_fingerprint(self.phrase_encoder, settings.encode_dtype, settings.phrase_dtype)
+        if store.fingerprint != fingerprint:
+            raise ValueError(
+                f"the phrase vectors in {store.directory} were computed by another phrase encoder, or with other "
+                f"dtypes than encode_dtype={settings.encode_dtype!r}, phrase_dtype={settings.phrase_dtype!r}; "
+                "compute them again with `dynvocab phrase-vectors --index <index folder> --overwrite` and this model"
+            )
+        self.phrase_store = store
+        self._store_key = (self._encoder_version(), settings.encode_dtype, settings.phrase_dtype)
+
     def _output_vectors(self, token_ids: list[tuple[int, ...]], version: int) -> torch.Tensor:
-        """Output vectors ``(n, d)`` of ``token_ids`` in ``phrase_dtype``: cached ones reused, the rest encoded."""
+        """Output vectors ``(n, d)`` of ``token_ids`` in ``phrase_dtype``: cached or stored ones reused, the rest encoded."""
         settings = self.dynvocab_config
         key = (version, settings.encode_dtype, settings.phrase_dtype)
         if key != self._cache_key:  # vectors of another encoder (or dtype) must not be served
@@ -202,13 +226,32 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             self._cache_key = key
         dtype = getattr(torch, settings.phrase_dtype)
         found, missing = self.phrase_cache.split(token_ids)
+        if not found and not self._store_usable(key):
+            encoded = self._encode(token_ids)[1].to(dtype)
+            self.phrase_cache.put(token_ids, encoded)
+            return encoded
+        vectors = torch.empty(len(token_ids), self.phrase_encoder.output_size, dtype=dtype, device=self.device)
+        if found:
+            vectors[list(found)] = torch.stack(list(found.values())).to(self.device, dtype)
+        if missing and self._store_usable(key):
+            positions, stored = self.phrase_store.lookup([token_ids[i] for i in missing])
+            vectors[[missing[p] for p in positions]] = stored.to(self.device, dtype)
+            hit = set(positions)
+            missing = [i for p, i in enumerate(missing) if p not in hit]
         if missing:
             encoded = self._encode([token_ids[i] for i in missing])[1].to(dtype)
             self.phrase_cache.put([token_ids[i] for i in missing], encoded)
-            if not found:
-                return encoded
-            found |= dict(zip(missing, encoded))
-        return torch.stack([found[i] for i in range(len(token_ids))]).to(self.device, dtype)
+            vectors[missing] = encoded.to(self.device)
+        return vectors
+
+    def _store_usable(self, key: tuple) -> bool:
+        """Whether ``phrase_store`` was checked against the encoder version and dtypes ``key``."""
+        return self.phrase_store is not None and key == self._store_key
+
+    @torch.no_grad()
+    def encode_output_vectors(self, token_ids: list[tuple[int, ...]]) -> torch.Tensor:
+        """Output vectors ``(n, d)`` of token-id phrases, freshly encoded in ``phrase_dtype`` (no cache, no store)."""
+        return self._encode(token_ids)[1].to(getattr(torch, self.dynvocab_config.phrase_dtype))
 
     def _encode(self, token_ids: list[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Input and output vectors ``(n, d)`` of ``token_ids``, in eval mode and ``encode_dtype``."""

@@ -65,6 +65,7 @@ class PhraseEncoder(nn.Module):
         self.body = body
         self.shares_embeddings = shares_embeddings
         hidden = body.config.hidden_size
+        self.output_size = output_size
         width = head_hidden_size or output_size
         self.head = nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, 2 * output_size))
         nn.init.normal_(self.head[-1].weight, std=1e-3)  # Δ starts near zero: phrases start at their anchors

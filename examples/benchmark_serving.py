@@ -61,7 +61,7 @@ def start_server(engine, config) -> tuple[str, object, threading.Thread]:
 
 async def one(client: httpx.AsyncClient, url: str, body: dict) -> dict:
     """One streamed request: status, seconds to the first step and to the end, text, steps, Retry-After."""
-    start, first, text, steps = time.perf_counter(), None, "", 0
+    start, first, text, steps, stages = time.perf_counter(), None, "", 0, {}
     async with client.stream("POST", f"{url}/v1/completions", json=body | {"stream": True, "stream_options":
                                                                           {"include_usage": True}}) as reply:
         if reply.status_code != 200:
@@ -71,13 +71,15 @@ async def one(client: httpx.AsyncClient, url: str, body: dict) -> dict:
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            stages = chunk.get("dynvocab", {}).get("stages", stages)
             if "usage" in chunk:
                 steps = chunk["usage"]["completion_tokens"]
             elif chunk["choices"] and chunk["choices"][0]["finish_reason"] is None:
                 first = first or time.perf_counter()
                 text += chunk["choices"][0]["text"]
     end = time.perf_counter()
-    return {"status": 200, "first_s": (first or end) - start, "seconds": end - start, "text": text, "steps": steps}
+    return {"status": 200, "first_s": (first or end) - start, "seconds": end - start, "text": text, "steps": steps,
+            "stages": stages}
 
 
 async def run_level(url: str, bodies: list[dict], concurrency: int) -> tuple[list[dict], float]:
@@ -108,6 +110,8 @@ def summary(replies: list[dict], seconds: float, lone: list[dict]) -> dict:
         "p50_s": statistics.median(latency), "p95_s": latency[min(len(latency) - 1, round(0.95 * (len(latency) - 1)))],
         "first_step_p50_s": statistics.median(r["first_s"] for r in done),
         "equal_to_lone": sum(r.get("text") == alone.get("text") for r, alone in zip(replies, lone)),
+        "stages_p50_ms": {stage: 1e3 * statistics.median(r["stages"].get(stage, 0.0) for r in done)
+                          for stage in ("retrieve", "extract", "encode", "decode")},
     }
 
 
@@ -183,12 +187,13 @@ def main(argv: list[str] | None = None) -> dict:
 def write(folder: Path, result: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
-    rows = ["| run | answered | 5xx | mean batch | req/s | steps/s | p50 s | p95 s | first step p50 s | equal to lone |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| run | answered | 5xx | mean batch | req/s | steps/s | p50 s | p95 s | first step p50 s | equal to lone | "
+            "retrieve / extract / encode p50 ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in result["levels"].items():
         rows.append(f"| {name} | {s['answered']}/{s['requests']} | {s['5xx']} | {s['mean_batch']:.1f} | {s['requests_per_s']:.2f} | "
                     f"{s['steps_per_s']:.1f} | {s['p50_s']:.2f} | {s['p95_s']:.2f} | {s['first_step_p50_s']:.3f} | "
-                    f"{s['equal_to_lone']}/{s['answered']} |")
+                    f"{s['equal_to_lone']}/{s['answered']} | "
+                    + " / ".join(f"{s['stages_p50_ms'][k]:.0f}" for k in ("retrieve", "extract", "encode")) + " |")
     (folder / "benchmark.md").write_text(
         f"# dynvocab serve, load on loopback\n\n`{result['command']}`\n\n{result['machine']}; model {result['model']}; "
         f"{result['prompts']} held-out prompts, {result['max_tokens']} steps each, greedy.\n\n" + "\n".join(rows)

@@ -132,6 +132,16 @@ def extract_phrases(
     return list(map(Phrase, [keys[p] for p in ranked], [first_source[p] for p in ranked]))
 
 
+def tokenized_phrases(phrases: Sequence[Phrase], tokenizer: Any, max_tokens: int) -> list[tuple[Phrase, tuple[int, ...]]]:
+    """The ``phrases`` a phrase table takes, with their token ids: 2 to ``max_tokens`` tokens and no special token
+    (a phrase's text may re-tokenize longer than the n-gram it was cut as)."""
+    if not phrases:
+        return []
+    encoded = tokenizer([p.text for p in phrases], add_special_tokens=False)["input_ids"]
+    special = set(tokenizer.all_special_ids)
+    return [(p, tuple(ids)) for p, ids in zip(phrases, encoded) if 2 <= len(ids) <= max_tokens and special.isdisjoint(ids)]
+
+
 def _check_arguments(unit: str, tokenizer: Any, min_length: int, max_length: int, min_count: int,
                      max_phrases: int | None) -> None:
     if unit not in ("tokens", "words"):

@@ -19,7 +19,8 @@ from dynvocab.stopping import CharacterBudget
 from dynvocab.verification import generate_verified
 
 from .index.dense import DocumentIndex
-from .phrases import extract_phrases
+from .phrase_vectors import attach_phrase_vectors
+from .phrases import extract_phrases, tokenized_phrases
 from .timing import STAGES, StageTimer
 
 logger = logging.getLogger(__name__)
@@ -183,11 +184,14 @@ class PhrasePipeline:
 
     Each request retrieves the top-k documents for the prompt, cuts phrases from them
     (each remembering its document), plugs them into ``model`` and generates; every
-    stage is timed. With ``config.realtime`` phrases join during decoding.
+    stage is timed. With ``config.realtime`` phrases join during decoding. When the index
+    folder holds phrase vectors (``dynvocab phrase-vectors``), the model reads them
+    instead of encoding those phrases.
     """
 
     def __init__(self, model: DynamicVocabLM, index: DocumentIndex, config: PipelineConfig | None = None) -> None:
         self.model, self.index, self.config = model, index, config or PipelineConfig()
+        attach_phrase_vectors(model, index)  # vectors computed beside the index, when it has them
 
     def candidates(self, documents: list[dict]) -> list[Phrase]:
         """Phrases of ``documents`` that the model's phrase table accepts, best first."""
@@ -196,9 +200,8 @@ class PhrasePipeline:
             documents, self.model.tokenizer, unit=c.unit, min_length=c.min_length, max_length=c.max_length,
             min_count=c.min_count, max_phrases=c.max_phrases + c.max_phrases // 8 + 8, edges=c.edges, ranking=c.ranking,
         )
-        lengths = self.model.tokenizer([p.text for p in found], add_special_tokens=False)["input_ids"] if found else []
-        limit, special = self.model.phrase_table.max_phrase_tokens, set(self.model.tokenizer.all_special_ids)
-        return [p for p, ids in zip(found, lengths) if 2 <= len(ids) <= limit and special.isdisjoint(ids)][: c.max_phrases]
+        kept = tokenized_phrases(found, self.model.tokenizer, self.model.phrase_table.max_phrase_tokens)
+        return [phrase for phrase, _ in kept][: c.max_phrases]
 
     @torch.no_grad()
     def __call__(self, prompt: str) -> PipelineResult:

@@ -79,3 +79,15 @@ class PhrasesAlwaysWin(torch.nn.Module):
     def forward(self, hidden, vectors, mask=None):
         scores = hidden[..., :1] * 0 + 1e4
         return scores.expand(*hidden.shape[:-1], vectors.shape[0]).clone()
+
+
+def count_encoded(model) -> list[int]:
+    """Spy on ``model``'s phrase encoder: the returned list gets the number of phrases of each ``encode_ids`` call."""
+    calls, encode = [], model.phrase_encoder.encode_ids
+
+    def spy(phrases, *args, **kwargs):
+        calls.append(len(phrases))
+        return encode(phrases, *args, **kwargs)
+
+    model.phrase_encoder.encode_ids = spy
+    return calls

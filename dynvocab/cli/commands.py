@@ -1,5 +1,5 @@
 """The ``dynvocab`` command line: train, cache-states, train-mwt, index, generate, eval, demo, pretrain-encoder,
-finetune-encoder, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa, serve."""
+finetune-encoder, soup-encoders, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa, serve, phrase-vectors."""
 
 from __future__ import annotations
 
@@ -75,11 +75,30 @@ def cmd_index(args: argparse.Namespace) -> None:
                                        posting_terms=args.posting_terms, text_field=args.text_field, show_progress_bar=True)
         hybrid.save(args.output)
         print(f"indexed {len(hybrid)} documents{part} (hybrid {hybrid.encoder_info['label']}) into {args.output}")
-        return
-    encoder = document_encoder(args.encoder)
-    index = DocumentIndex.build(source, encoder, index_type=args.index_type, text_field=args.text_field, show_progress_bar=True)
-    index.save(args.output)
-    print(f"indexed {len(index)} documents{part} ({index.kind}) into {args.output}")
+    else:
+        encoder = document_encoder(args.encoder)
+        index = DocumentIndex.build(source, encoder, index_type=args.index_type, text_field=args.text_field,
+                                    show_progress_bar=True)
+        index.save(args.output)
+        print(f"indexed {len(index)} documents{part} ({index.kind}) into {args.output}")
+    if args.phrase_vectors:
+        args.index = args.output
+        cmd_phrase_vectors(args)
+
+
+def cmd_phrase_vectors(args: argparse.Namespace) -> None:
+    from retrieval.loading import load_stack
+    from retrieval.phrase_vectors import build_phrase_vectors
+    from retrieval.pipeline import PipelineConfig
+
+    config = PipelineConfig(unit=args.unit, min_length=args.min_length, max_length=args.max_length, edges=args.edges)
+    model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
+    store = build_phrase_vectors(model, index, config, shard_documents=args.shard_documents, overwrite=args.overwrite,
+                                 show_progress_bar=True)
+    stats = store.stats()
+    print(json.dumps({"phrase_vectors": str(store.directory), "phrases": stats["phrases"], "documents": len(index),
+                      "disk_mb": round(stats["disk_bytes"] / 2**20, 1),
+                      "memory_mb": round(stats["resident_bytes"] / 2**20, 1)}))
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -132,6 +151,14 @@ def cmd_finetune_encoder(args: argparse.Namespace) -> None:
     config = dataclass_from_args(FinetuneConfig, args)
     final = finetune(config, resume=args.resume)
     print(json.dumps({"output_dir": config.output_dir, **final}))
+
+
+def cmd_soup_encoders(args: argparse.Namespace) -> None:
+    from retrieval.training.soup import soup_encoders
+
+    encoders = [path for path in args.encoders.split(",") if path]
+    output = soup_encoders(encoders, args.output, base=args.base, base_weight=args.base_weight)
+    print(json.dumps({"soup": str(output), "encoders": encoders, "base": args.base, "base_weight": args.base_weight}))
 
 
 def cmd_eval_retrieval(args: argparse.Namespace) -> None:
@@ -224,6 +251,26 @@ def cmd_serve(args: argparse.Namespace) -> None:
     serve(dataclass_from_args(ServerConfig, args))
 
 
+def add_phrase_vector_arguments(parser: argparse.ArgumentParser, with_index: bool) -> None:
+    """The flags of ``phrase-vectors``; ``index --phrase-vectors`` shares them (its --encoder is the index's already)."""
+    from retrieval.pipeline import PipelineConfig
+
+    defaults = PipelineConfig()
+    if with_index:
+        parser.add_argument("--index", required=True, help="directory written by `dynvocab index`")
+        parser.add_argument("--encoder", default="minilm", help="the index's document encoder")
+    parser.add_argument("--model", default="smollm2", help="causal LM name or path")
+    parser.add_argument("--checkpoint", default=None,
+                        help="phrase-encoder checkpoint (save_pretrained directory); default: the shipped SmolLM2 one")
+    parser.add_argument("--unit", default=defaults.unit, choices=["tokens", "words"], help="as generate will cut phrases")
+    parser.add_argument("--min-length", type=int, default=defaults.min_length, help="as generate will cut phrases")
+    parser.add_argument("--max-length", type=int, default=defaults.max_length, help="as generate will cut phrases")
+    parser.add_argument("--edges", default=defaults.edges, choices=["content", "any"], help="as generate will cut phrases")
+    parser.add_argument("--shard-documents", type=int, default=256, help="documents per shard: the unit of resuming")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace phrase vectors made by another encoder, dtypes, documents or settings")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from evals.protocol import EvalConfig
     from evals.qa.protocol import QAEvalConfig
@@ -289,7 +336,17 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--include-held-out", action="store_true",
                        help="embedded corpora: index the held-out documents too (dynvocab eval then refuses the index)")
     index.add_argument("--text-field", default="text")
+    index.add_argument("--phrase-vectors", action="store_true",
+                       help="then encode every document's phrases once and keep them beside the index "
+                            "(what `dynvocab phrase-vectors` does; run that to resume)")
+    add_phrase_vector_arguments(index, with_index=False)
     index.set_defaults(func=cmd_index)
+
+    vectors = commands.add_parser(
+        "phrase-vectors", help="encode the phrases of every indexed document once, beside the index (resumable)"
+    )
+    add_phrase_vector_arguments(vectors, with_index=True)
+    vectors.set_defaults(func=cmd_phrase_vectors)
 
     generate = commands.add_parser("generate", dataclass_types=PipelineConfig, help="retrieve, plug in phrases, generate")
     generate.add_argument("--index", required=True, help="directory written by `dynvocab index`")
@@ -313,6 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
                                            help="contrastive fine-tuning with in-batch, then ANN hard negatives")
     finetune_encoder.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     finetune_encoder.set_defaults(func=cmd_finetune_encoder)
+
+    soup = commands.add_parser("soup-encoders", help="average fine-tuned encoders' weights (a model soup), optionally "
+                               "mixed with the encoder they started from (WiSE-FT)")
+    soup.add_argument("--encoders", required=True, help="comma-separated finetune-encoder --encoder dense final folders")
+    soup.add_argument("--output", required=True, help="folder of the averaged encoder")
+    soup.add_argument("--base", default=None, help="the encoder they were fine-tuned from ('minilm' is the offline asset)")
+    soup.add_argument("--base-weight", type=float, default=0.0, help="share of the base's weights, in [0, 1)")
+    soup.set_defaults(func=cmd_soup_encoders)
 
     eval_retrieval = commands.add_parser("eval-retrieval", dataclass_types=RetrievalEvalConfig,
                                          help="retrievers over all 10,033 leads, exact, with paired intervals against "

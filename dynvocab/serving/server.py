@@ -18,6 +18,8 @@ except ImportError as error:
     raise ImportError(f"dynvocab serve needs the [serve] extra ({error.name} is missing): "
                       "pip install 'dynvocab[serve]'") from error
 
+from retrieval.phrase_vectors import attach_phrase_vectors
+
 from ..loading import SHIPPED_ENCODER, load_dynamic_lm
 from .batching import Batcher
 from .config import API_KEY_ENV, ServerConfig
@@ -37,6 +39,8 @@ def load_engine(config: ServerConfig) -> Engine:
         checkpoint = SHIPPED_ENCODER
     corpora = load_corpora(config)  # first: a wrong index path fails before the model loads
     model = load_dynamic_lm(config.model, checkpoint)
+    for index in corpora.values():  # phrase vectors kept beside a served index are read, not encoded per request
+        attach_phrase_vectors(model, index)
     return Engine(model, corpora, Path(config.model).name, config)
 
 

@@ -68,6 +68,7 @@ class DocumentIndex:
         self.config = config
         self.encoder = encoder
         self.encoder_info = encoder_info
+        self.directory: Path | None = None  # the folder it was loaded from (phrase vectors may sit beside it)
         self._cpu_index = index
         self._index = to_gpu(index, kind) if config.use_gpu else index
         self._exact: faiss.Index | None = index if kind == "flat" else None
@@ -224,8 +225,9 @@ class DocumentIndex:
                     self.config.tune_margin)
 
     def save(self, directory: str | Path) -> Path:
-        """Write the faiss index and ``metadata.json`` to ``directory`` atomically; returns the path."""
-        return write_index_dir(Path(directory), self._cpu_index, self._metadata())
+        """Write the faiss index and ``metadata.json`` to ``directory`` atomically; returns the path (now ``directory``)."""
+        self.directory = write_index_dir(Path(directory), self._cpu_index, self._metadata())
+        return self.directory
 
     def _metadata(self) -> dict[str, Any]:
         return {
@@ -253,6 +255,7 @@ class DocumentIndex:
                      encoder_info=metadata["encoder"])
         if metadata["search_param"] is not None:
             loaded.set_search_param(int(metadata["search_param"]))
+        loaded.directory = Path(directory)
         return loaded
 
 

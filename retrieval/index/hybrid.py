@@ -53,6 +53,7 @@ class HybridIndex:
         self.dense, self.sparse, self.documents = dense, sparse, documents
         self.encoder, self.encoder_info = encoder, encoder_info
         self.candidates, self.query_terms = candidates, query_terms
+        self.directory: Path | None = None  # the folder it was loaded from (phrase vectors may sit beside it)
 
     @classmethod
     def build(cls, source: Any, encoder: HybridEncoder | None = None, *, vectors: HybridVectors | None = None,
@@ -172,7 +173,8 @@ class HybridIndex:
                     "encoder": self.encoder_info,
                     "documents": {"ids": [d["id"] for d in self.documents], "titles": [d["title"] for d in self.documents],
                                   "texts": [d["text"] for d in self.documents]}}
-        return write_hybrid_dir(Path(directory), self.dense, self.sparse, metadata)
+        self.directory = write_hybrid_dir(Path(directory), self.dense, self.sparse, metadata)
+        return self.directory
 
     @classmethod
     def load(cls, directory: str | Path, encoder: HybridEncoder | None = None) -> HybridIndex:
@@ -180,8 +182,10 @@ class HybridIndex:
         dense, sparse, metadata = read_hybrid_dir(Path(directory), encoder)
         docs = metadata["documents"]
         documents = [{"id": i, "title": t, "text": x} for i, t, x in zip(docs["ids"], docs["titles"], docs["texts"])]
-        return cls(dense, sparse, documents, encoder=encoder, encoder_info=metadata["encoder"],
-                   candidates=metadata["candidates"], query_terms=metadata["query_terms"])
+        loaded = cls(dense, sparse, documents, encoder=encoder, encoder_info=metadata["encoder"],
+                     candidates=metadata["candidates"], query_terms=metadata["query_terms"])
+        loaded.directory = Path(directory)
+        return loaded
 
 
 def _build_parts(vectors: HybridVectors, vocab_size: int | None,

@@ -5,6 +5,7 @@ import torch
 
 from dynvocab import DynamicVocabLM
 from dynvocab.phrase_cache import PhraseVectorCache
+from tests.helpers import count_encoded
 
 A = [" New York City", " the United States", " in the morning"]
 B = [" the river bank", " a small village", " New York City"]
@@ -36,21 +37,9 @@ def test_a_bad_budget_is_refused(budget):
         PhraseVectorCache(budget)
 
 
-def counted(model: DynamicVocabLM) -> list[int]:
-    """The number of phrases each call of the phrase encoder encodes."""
-    calls, encode = [], model.phrase_encoder.encode_ids
-
-    def spy(phrases, *args, **kwargs):
-        calls.append(len(phrases))
-        return encode(phrases, *args, **kwargs)
-
-    model.phrase_encoder.encode_ids = spy
-    return calls
-
-
 def test_a_phrase_set_seen_before_is_not_encoded_again_and_gets_the_same_vectors(base_model, tokenizer):
     model = DynamicVocabLM.from_causal_lm(base_model, tokenizer).eval()
-    calls = counted(model)
+    calls = count_encoded(model)
     model.set_phrases(A, mid_sentence_forms=False)
     first = model.phrase_table.output_vectors.clone()
     model.set_phrases(B, mid_sentence_forms=False)
@@ -71,14 +60,14 @@ def test_new_encoder_weights_empty_the_cache(base_model, tokenizer):
     model.set_phrases(B, mid_sentence_forms=False)
     with torch.no_grad():
         next(model.phrase_encoder.parameters()).add_(0.5)  # as a training step would
-    calls = counted(model)
+    calls = count_encoded(model)
     model.set_phrases(A, mid_sentence_forms=False)
     assert calls == [3] and not torch.equal(model.phrase_table.output_vectors, old)
 
 
 def test_with_the_cache_off_every_new_set_is_encoded(base_model, tokenizer):
     model = DynamicVocabLM.from_causal_lm(base_model, tokenizer, phrase_cache_mb=0).eval()
-    calls = counted(model)
+    calls = count_encoded(model)
     for phrases in (A, B, A):
         model.set_phrases(phrases, mid_sentence_forms=False)
     assert calls == [3, 2, 2] and len(model.phrase_cache) == 0

@@ -29,6 +29,24 @@ def test_index_train_generate(workspace, capsys):
     assert "indexed 30 documents" in out and "The history of" in out and "latency: retrieve" in out
 
 
+def test_index_with_phrase_vectors_then_generate_reads_them(workspace, capsys):
+    encoder = ["--encoder", str(workspace / "encoder")]
+    main(["train", "--model", str(workspace / "lm"), "--data", str(workspace / "train.txt"), "--output-dir",
+          str(workspace / "run-1"), "--mode", "frozen", "--max-steps", "1", "--batch-size", "2", "--max-length", "32"])
+    lm = ["--model", str(workspace / "lm"), "--checkpoint", str(workspace / "run-1" / "final")]
+    capsys.readouterr()
+    index = workspace / "index-with-phrases"
+    main(["index", "--data", str(workspace / "docs.jsonl"), "--output", str(index), *encoder, "--phrase-vectors", *lm,
+          "--shard-documents", "8"])
+    built = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert built["documents"] == 30 and built["phrases"] > 100 and built["phrase_vectors"].endswith("phrase_vectors")
+    main(["phrase-vectors", "--index", str(index), *encoder, *lm, "--shard-documents", "8"])  # done: nothing to add
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["phrases"] == built["phrases"]
+    with pytest.raises(SystemExit) as exit_info:  # other extraction settings: another store
+        main(["phrase-vectors", "--index", str(index), *encoder, *lm, "--max-length", "4"])
+    assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err
+
+
 def test_bad_settings_exit_with_the_reason(workspace, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--model", str(workspace / "lm"), "--mode", "half"])
