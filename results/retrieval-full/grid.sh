@@ -12,3 +12,11 @@ done
 dynvocab eval-retrieval --encoders runs/ft-minilm-anchor0.0/final,runs/ft-minilm-anchor0.0-seed1/final,runs/ft-minilm-anchor0.0-seed2/final,runs/ft-minilm-anchor1.0/final
 python experiments/retrieval-full/seen_pages.py runs/ft-minilm-anchor0.0/final runs/ft-minilm-anchor0.0-seed1/final \
   runs/ft-minilm-anchor0.0-seed2/final runs/ft-minilm-anchor1.0/final --output results/retrieval-full/seen_pages.json
+# Then (2026-11-25, evening): weight averages of the three no-anchor seeds, no training, and the same evaluation over
+# all seven encoders (the four above come from the embedding cache).
+mkdir -p runs/soups
+runs="runs/ft-minilm-anchor0.0/final,runs/ft-minilm-anchor0.0-seed1/final,runs/ft-minilm-anchor0.0-seed2/final"
+dynvocab soup-encoders --encoders $runs --output runs/soups/seeds3
+dynvocab soup-encoders --encoders $runs --base minilm --base-weight 0.3 --output runs/soups/seeds3-base0.3
+dynvocab soup-encoders --encoders $runs --base minilm --base-weight 0.5 --output runs/soups/seeds3-base0.5
+dynvocab eval-retrieval --encoders $runs,runs/ft-minilm-anchor1.0/final,runs/soups/seeds3,runs/soups/seeds3-base0.3,runs/soups/seeds3-base0.5
