@@ -136,7 +136,7 @@ class Engine:
         """Decode ``jobs`` (one key) in one ``generate()`` call; each job's listener hears its steps as they come."""
         model, timer = self.model, StageTimer()
         with timer.stage("retrieve"):
-            documents = [job.documents + self._retrieved(job) for job in jobs]
+            documents = [job.documents + found for job, found in zip(jobs, self._retrieved(jobs))]
         with timer.stage("extract"):
             rows = [job.phrases + (PhrasePipeline(model, None, job.settings).candidates(docs) if docs else [])
                     for job, docs in zip(jobs, documents)]
@@ -169,12 +169,19 @@ class Engine:
 
         return on_step
 
-    def _retrieved(self, job: Job) -> list[dict]:
-        k = job.request.retrieve
-        if not k:
-            return []
-        index = self.corpora[job.request.corpus or next(iter(self.corpora))]
-        return index.search_documents([job.request.prompt], k=k)[0]
+    def _retrieved(self, jobs: list[Job]) -> list[list[dict]]:
+        """Each job's retrieved documents; the jobs that search the same corpus for the same k share one search
+        (one encoder pass over their prompts)."""
+        found: list[list[dict]] = [[] for _ in jobs]
+        groups: dict[tuple, list[int]] = {}
+        for position, job in enumerate(jobs):
+            if job.request.retrieve:
+                groups.setdefault((job.request.corpus or next(iter(self.corpora)), job.request.retrieve), []).append(position)
+        for (corpus, k), positions in groups.items():
+            results = self.corpora[corpus].search_documents([jobs[i].request.prompt for i in positions], k=k)
+            for position, documents in zip(positions, results):
+                found[position] = documents
+        return found
 
     def _generate(self, jobs: list[Job], rows: list[Row]) -> None:
         model, pad = self.model, pad_id(self.model.tokenizer)

@@ -12,10 +12,12 @@ from dynvocab.serving.schemas import CompletionRequest
 
 from .documents import DOCS
 
-#: rows with different phrase sources, lengths, limits and stops; one bare
+#: rows with different phrase sources, lengths, limits and stops; one bare; three retrieve (two with one search)
 REQUESTS = [
     {"prompt": "The city of New York", "max_tokens": 10, "documents": [DOCS[0]["text"]]},
     {"prompt": "Paris", "max_tokens": 7, "retrieve": 2},
+    {"prompt": "The river that flows through", "max_tokens": 8, "retrieve": 2},  # shares the search above
+    {"prompt": "Greater Tokyo is", "max_tokens": 6, "retrieve": 1},
     {"prompt": "We walked along the river and saw", "max_tokens": 12, "phrases": ["the Hudson River", "Greater Tokyo"]},
     {"prompt": "The cat sat on the mat and", "max_tokens": 9},
     {"prompt": "Tokyo is", "max_tokens": 11, "documents": [DOCS[2]["text"], DOCS[1]["text"]], "stop": [" the"]},
@@ -46,6 +48,15 @@ def test_a_batch_equals_each_request_alone(make_engine, phrases_win):
         assert batched.segments == single.segments
         assert (batched.finish_reason, batched.completion_tokens) == (single.finish_reason, single.completion_tokens)
         assert "".join(step["text"] for step in batched_job.steps) == batched.text
+
+
+def test_rows_that_retrieve_alike_share_one_search(make_engine, monkeypatch):
+    engine = make_engine()
+    index, searches = engine.corpora["wiki"], []
+    search = index.search_documents
+    monkeypatch.setattr(index, "search_documents", lambda queries, k: searches.append((len(queries), k)) or search(queries, k))
+    engine.run([job(engine, fields, n) for n, fields in enumerate(REQUESTS)])
+    assert sorted(searches) == [(1, 1), (2, 2)]
 
 
 def test_a_seeded_sampled_request_decodes_alone_and_greedy_ones_share(make_engine):
