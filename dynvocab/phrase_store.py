@@ -50,7 +50,8 @@ def encoder_fingerprint(encoder: torch.nn.Module, encode_dtype: str, phrase_dtyp
 
 
 def phrase_keys(flat_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """``(n,)`` uint64 keys of the phrases ``flat_ids[offsets[i]:offsets[i + 1]]``: a polynomial hash of ids and length."""
+    """``(n,)`` uint64 keys of the phrases ``flat_ids[offsets[i]:offsets[i + 1]]`` (one token or more each): a polynomial
+    hash of their ids and length."""
     lengths = np.diff(offsets).astype(np.uint64)
     if not len(lengths):
         return np.zeros(0, dtype=np.uint64)

@@ -87,9 +87,9 @@ def build_phrase_vectors(
     _start_or_resume(directory, record, overwrite)
     done = finished_shards(directory)
     seen = _stored_keys(directory, done)
-    shards = range(0, len(index.documents), shard_documents)
-    show = len(shards) > 1 if show_progress_bar is None else show_progress_bar
-    for number in tqdm(range(len(shards)), desc="phrase vectors", unit="shard", disable=not show):
+    shards = -(-len(index.documents) // shard_documents)
+    show = shards > 1 if show_progress_bar is None else show_progress_bar
+    for number in tqdm(range(shards), desc="phrase vectors", unit="shard", disable=not show):
         if number in done:
             continue
         documents = index.documents[number * shard_documents : (number + 1) * shard_documents]
