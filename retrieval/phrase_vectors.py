@@ -158,8 +158,8 @@ def _new_phrases(documents: list[dict], model: DynamicVocabLM, config: Any, seen
 def attach_phrase_vectors(model: DynamicVocabLM, index: Any) -> PhraseVectorStore | None:
     """Have ``model`` read the phrase vectors kept beside ``index``'s folder, when there are any this model can use.
 
-    A store made by another encoder is not used (a warning names the command that rebuilds it);
-    one made for other documents is used, with a warning that fewer phrases will be found.
+    A store made by another encoder is not used (logged, with the command that rebuilds it); one made for
+    other documents is used, with a warning that fewer phrases will be found.
     """
     folder = getattr(index, "directory", None)
     if model.phrase_store is not None or folder is None or not (store_path(folder) / STORE_FILE).is_file():
@@ -167,8 +167,10 @@ def attach_phrase_vectors(model: DynamicVocabLM, index: Any) -> PhraseVectorStor
     store = PhraseVectorStore(store_path(folder))
     try:
         model.use_phrase_store(store)
-    except ValueError as error:
-        logger.warning("%s; until then each request encodes its phrases", error)
+    except ValueError:  # another encoder's store (the shipped one's, say, while another checkpoint is evaluated)
+        logger.info("the phrase vectors in %s come from another phrase encoder or dtypes: this model encodes its "
+                    "phrases per request (`dynvocab phrase-vectors --index %s --overwrite` makes them for it)",
+                    store.directory, folder)
         return None
     if store.record.get("documents", {}).get("sha256") != documents_sha256(index.documents):
         logger.warning("the phrase vectors in %s were computed for other documents than the index now holds: fewer "

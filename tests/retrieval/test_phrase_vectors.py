@@ -113,6 +113,7 @@ def test_a_store_of_another_encoder_is_refused_and_not_read(base_model, tokenize
         next(other.phrase_encoder.head.parameters()).add_(0.1)
     with pytest.raises(ValueError, match="another phrase encoder.*dynvocab phrase-vectors --index"):
         other.use_phrase_store(store_path(index_dir))
+    caplog.set_level("INFO", logger="retrieval.phrase_vectors")
     assert attach_phrase_vectors(other, index) is None and "encodes its phrases" in caplog.text
     with pytest.raises(ValueError, match="another build.*fingerprint.*--overwrite"):
         build_phrase_vectors(other, index, PipelineConfig())
