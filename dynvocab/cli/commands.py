@@ -92,6 +92,8 @@ def cmd_phrase_vectors(args: argparse.Namespace) -> None:
     from retrieval.pipeline import PipelineConfig
 
     config = PipelineConfig(unit=args.unit, min_length=args.min_length, max_length=args.max_length, edges=args.edges)
+    if args.shard_documents < 1:  # before minutes of loading
+        raise ValueError(f"--shard-documents {args.shard_documents} must be >= 1")
     model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
     store = build_phrase_vectors(model, index, config, shard_documents=args.shard_documents, overwrite=args.overwrite,
                                  show_progress_bar=True)
