@@ -226,10 +226,6 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             self._cache_key = key
         dtype = getattr(torch, settings.phrase_dtype)
         found, missing = self.phrase_cache.split(token_ids)
-        if not found and not self._store_usable(key):
-            encoded = self._encode(token_ids)[1].to(dtype)
-            self.phrase_cache.put(token_ids, encoded)
-            return encoded
         vectors = torch.empty(len(token_ids), self.phrase_encoder.output_size, dtype=dtype, device=self.device)
         if found:
             vectors[list(found)] = torch.stack(list(found.values())).to(self.device, dtype)

@@ -43,8 +43,9 @@ def left_contexts(documents: list[dict], tokenizer, phrases: set[tuple[int, ...]
             for length in lengths:
                 span = tuple(ids[start : start + length])
                 if len(span) == length and span in phrases:
-                    context, known = tuple(ids[start - n : start]), following.get(tuple(ids[start - n : start]))
-                    if known is None or (len(span) > len(known)) == longest and len(span) != len(known):
+                    context = tuple(ids[start - n : start])
+                    known = following.get(context)
+                    if known is None or (len(span) > len(known) if longest else len(span) < len(known)):
                         following[context] = span
                     break
     return following

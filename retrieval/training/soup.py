@@ -37,22 +37,20 @@ def soup_encoders(encoders: Sequence[str | Path], output: str | Path, base: str 
         raise ValueError("soup_encoders needs at least one encoder folder; pass the fine-tuned runs' final folders")
     if not 0.0 <= base_weight < 1.0 or (base_weight > 0 and base is None):
         raise ValueError(f"base_weight={base_weight} must be in [0, 1), and base must be given when it is above 0")
-    models = [AutoModel.from_pretrained(resolve_model(str(path))) for path in encoders]
-    weights = [(1.0 - base_weight) / len(models)] * len(models)
-    if base_weight:
-        models.append(AutoModel.from_pretrained(resolve_model(str(base))))
-        weights.append(base_weight)
+    tokenizer = next((path for path in [*encoders, base] if path is not None and _has_tokenizer(path)), None)
+    if tokenizer is None:
+        raise ValueError(f"neither the encoders {list(map(str, encoders))} nor the base hold a tokenizer; save one "
+                         "beside the weights (finetune-encoder does) or pass base=")
+    sources = [*encoders, base] if base_weight else list(encoders)
+    models = [AutoModel.from_pretrained(resolve_model(str(path))) for path in sources]
+    weights = [(1.0 - base_weight) / len(encoders)] * len(encoders) + ([base_weight] if base_weight else [])
     states = [model.state_dict() for model in models]
-    for path, state in zip([*encoders, base], states[1:]):
+    for path, state in zip(sources[1:], states[1:]):
         if {k: v.shape for k, v in state.items()} != {k: v.shape for k, v in states[0].items()}:
             raise ValueError(f"{path} does not have the architecture of {encoders[0]} (other weights or shapes); "
                              "soup only encoders fine-tuned from the same one")
     mixed = {name: _mix([state[name] for state in states], weights) for name in states[0]}
     models[0].load_state_dict(mixed)
-    tokenizer = next((path for path in [*encoders, base] if path is not None and _has_tokenizer(path)), None)
-    if tokenizer is None:
-        raise ValueError(f"neither the encoders {list(map(str, encoders))} nor the base hold a tokenizer; save one "
-                         "beside the weights (finetune-encoder does) or pass base=")
     with atomic_directory(output) as staging:
         models[0].save_pretrained(staging)
         AutoTokenizer.from_pretrained(resolve_model(str(tokenizer))).save_pretrained(staging)

@@ -43,8 +43,9 @@ def test_bad_soups_are_refused(runs, tmp_path, tiny_lm_dir):
         soup_encoders(runs, tmp_path / "nobase", base_weight=0.5)
     with pytest.raises(ValueError, match="hold a tokenizer"):
         soup_encoders(runs[:1], tmp_path / "untokenized")
-    with pytest.raises(ValueError, match="does not have the architecture"):
+    with pytest.raises(ValueError, match="does not have the architecture") as refused:
         soup_encoders([runs[0], tiny_lm_dir], tmp_path / "other")
+    assert str(refused.value).startswith(str(tiny_lm_dir))  # the odd one out is named
     assert not (tmp_path / "other").exists()
 
 
