@@ -2,6 +2,7 @@
 
 from .agreement import PhraseAgreement
 from .config import DynamicVocabConfig
+from .context_gate import PhraseContextGate, left_contexts
 from .model import DynamicVocabLM
 from .phrase_encoder import PhraseEncoder
 from .phrase_table import Phrase, PhraseTable
@@ -18,6 +19,7 @@ __all__ = [
     "DynamicVocabLM",
     "Phrase",
     "PhraseAgreement",
+    "PhraseContextGate",
     "PhraseEncoder",
     "PhraseNoRepeatNGram",
     "PhraseRepetitionPenalty",
@@ -28,4 +30,5 @@ __all__ = [
     "ShortlistScorer",
     "VerifiedOutput",
     "generate_verified",
+    "left_contexts",
 ]

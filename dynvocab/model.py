@@ -7,7 +7,7 @@ import inspect
 import logging
 import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -20,6 +20,7 @@ from . import text
 from .assets import resolve_model
 from .config import DynamicVocabConfig
 from .agreement import FirstTokenMass, PhraseAgreement, PhraseBias
+from .context_gate import PhraseContextGate, PhraseContexts, context_size
 from .phrase_encoder import PhraseEncoder, unwrap_model
 from .phrase_cache import PhraseVectorCache
 from .phrase_store import PhraseVectorStore, encoder_fingerprint
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 #: ``generate`` arguments that ``phrase_logits_processors`` turns into phrase-aware logits processors
 PHRASE_PROCESSOR_ARGS = (
     "no_repeat_ngram_size", "repetition_penalty", "phrase_agreement_top_k", "phrase_max_uses",
-    "phrase_first_token_mass", "phrase_bias",
+    "phrase_first_token_mass", "phrase_bias", "phrase_contexts",
 )
 
 
@@ -495,7 +496,9 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         tokens (``dynvocab.agreement``); ``phrase_first_token_mass=True`` keeps the LM's
         own next-token distribution and lets phrases share their first token's mass;
         ``phrase_max_uses=n`` emits each phrase at most ``n`` times per row;
-        ``phrase_bias=b`` adds ``b`` to every phrase score, before the rest.
+        ``phrase_bias=b`` adds ``b`` to every phrase score, before the rest;
+        ``phrase_contexts`` lets a phrase follow only the left contexts it was seen after
+        (``dynvocab.context_gate``).
         """
         inputs = kwargs.get("input_ids", args[0] if args else None)
         if inputs is not None:
@@ -553,6 +556,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self, no_repeat_ngram_size: int | None = None, repetition_penalty: float | None = None,
         phrase_agreement_top_k: int | None = None, phrase_max_uses: int | None = None,
         phrase_first_token_mass: bool = False, phrase_bias: float = 0.0,
+        phrase_contexts: PhraseContexts | Sequence[PhraseContexts | None] | None = None,
     ) -> LogitsProcessorList:
         """The phrase-aware processors for these settings (None or off: left out), over the current phrase table.
 
@@ -561,6 +565,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         """
         token_ids, vocab = self.phrase_table.token_ids, self.vocab_size
         processors = [PhraseBias(phrase_bias, vocab)] if phrase_bias else []
+        if phrase_contexts is not None:
+            processors.append(self._context_gate(phrase_contexts))
         if phrase_agreement_top_k:
             processors.append(PhraseAgreement(phrase_agreement_top_k, vocab, token_ids))
         if phrase_max_uses:
@@ -572,6 +578,28 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         if phrase_first_token_mass:
             processors.append(FirstTokenMass(vocab, token_ids))
         return LogitsProcessorList(processors)
+
+    def _context_gate(self, contexts: PhraseContexts | Sequence[PhraseContexts | None]) -> PhraseContextGate:
+        """``phrase_contexts`` (one mapping, or one per row) as a gate over this table's indices."""
+        rows = [contexts] if isinstance(contexts, Mapping) else list(contexts) if isinstance(contexts, Sequence) else []
+        if not rows or not all(row is None or isinstance(row, Mapping) for row in rows) or isinstance(contexts, str):
+            raise TypeError(
+                "phrase_contexts must be a mapping {n context token ids: phrases' token ids} or a non-empty list of "
+                f"them (one per prompt, None for an ungated one), got {type(contexts).__name__}; build each with "
+                "dynvocab.context_gate.left_contexts"
+            )
+        for row in rows:
+            if row:
+                context_size(row)  # one n per mapping, refused with the fix before any step
+        index_of = self.phrase_table.index_of_ids  # a phrase not in the table (or removed) is left out
+        gates = [
+            None if row is None else {
+                context: torch.tensor(indices, dtype=torch.long) for context, phrases in row.items()
+                if (indices := [i for i in map(index_of, map(tuple, phrases)) if i is not None])
+            }
+            for row in rows
+        ]
+        return PhraseContextGate(gates, self.vocab_size, self.phrase_table.token_ids)
 
     # ------------------------------------------------------------------ saving
     def save_pretrained(self, save_directory, save_phrases: bool = False, **unknown) -> None:

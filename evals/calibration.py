@@ -24,7 +24,9 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["CalibrationCounts", "calibration_counts", "count_positions", "next_item_logits"]
+from dynvocab.context_gate import PhraseContexts, context_size
+
+__all__ = ["CalibrationCounts", "calibration_counts", "context_allowed", "count_positions", "next_item_logits"]
 
 
 class CalibrationCounts:
@@ -74,6 +76,23 @@ def _fitting_phrases(phrase_tokens: list[tuple[int, ...]], continuation: list[in
     return fits
 
 
+def context_allowed(contexts: PhraseContexts, phrase_tokens: list[tuple[int, ...]], prompt_ids: list[int],
+                    continuation_ids: list[int]) -> torch.Tensor:
+    """``(T, P)`` bool: at continuation position ``t`` phrase ``p`` passes ``PhraseContextGate`` over ``contexts``
+    (the text so far ends with a left context that ``p`` follows in some document)."""
+    allowed = torch.zeros(len(continuation_ids), len(phrase_tokens), dtype=torch.bool)
+    if not contexts:
+        return allowed
+    n, index = context_size(contexts), {tokens: p for p, tokens in enumerate(phrase_tokens)}
+    text = list(prompt_ids) + list(continuation_ids)
+    for t in range(len(continuation_ids)):
+        end = len(prompt_ids) + t
+        for phrase in contexts.get(tuple(text[max(0, end - n) : end]), ()):
+            if phrase in index:
+                allowed[t, index[phrase]] = True
+    return allowed
+
+
 @torch.no_grad()
 def next_item_logits(model, prompt_ids: list[int], continuation_ids: list[int]) -> torch.Tensor:
     """``(T, V + P)`` float logits of what follows each of the ``T`` continuation positions (one forward pass)."""
@@ -100,9 +119,12 @@ def calibration_counts(
 
 def count_positions(
     logits: torch.Tensor, vocab: int, phrase_tokens: list[tuple[int, ...]], continuation_ids: list[int],
-    biases: Sequence[float], agreement_top_k: int = 0,
+    biases: Sequence[float], agreement_top_k: int = 0, allowed: torch.Tensor | None = None,
 ) -> CalibrationCounts:
-    """``calibration_counts`` from ``next_item_logits``: score several settings with one forward pass."""
+    """``calibration_counts`` from ``next_item_logits``: score several settings with one forward pass.
+
+    ``allowed`` ``(T, P)`` bool (``context_allowed``): only these phrases compete at each position.
+    """
     fits = _fitting_phrases(phrase_tokens, continuation_ids)[:, : logits.shape[1] - vocab]
     best_token = logits[:, :vocab].max(-1)
     gold_token = torch.tensor(continuation_ids)
@@ -112,6 +134,8 @@ def count_positions(
         counts.correct = [int((best_token.indices == gold_token).sum())] * len(biases)
         return counts
     phrase_logits = logits[:, vocab : vocab + fits.shape[1]]
+    if allowed is not None:
+        phrase_logits = phrase_logits.masked_fill(~allowed[:, : fits.shape[1]], float("-inf"))
     if agreement_top_k:
         first = torch.tensor([tokens[0] for tokens in phrase_tokens[: fits.shape[1]]])
         top = logits[:, :vocab].topk(agreement_top_k, dim=-1).indices  # (T, k)

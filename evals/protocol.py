@@ -73,6 +73,7 @@ class EvalConfig:
                           "pipeline's default, 3 greedy, 0 nucleus)."},
     )
     phrase_max_uses: int = field(default=1, metadata={"help": "Dynamic systems: each phrase emitted at most this often per continuation (0: no limit)."})
+    context_tokens: int = field(default=0, metadata={"help": "Dynamic systems: a phrase may follow only the last n tokens it follows in a retrieved document (0: off)."})
     first_token_mass: bool | None = field(
         default=None,
         metadata={"help": "Dynamic systems: keep the LM's next-token distribution; phrases share their first token's "
@@ -349,7 +350,7 @@ class Generators:
             do_sample=c.decoding == "nucleus", top_p=c.top_p, edges=spec.get("edges", c.edges),
             ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
-            phrase_max_uses=spec.get("uses", c.phrase_max_uses),
+            phrase_max_uses=spec.get("uses", c.phrase_max_uses), context_tokens=spec.get("context", c.context_tokens),
             verify_top_k=spec.get("verify", c.verify_top_k), first_token_mass=bool(spec.get("mass", c.first_token_mass)),
             phrase_bias=float(spec.get("bias", c.phrase_bias)),
         )  # its generation_kwargs() are what sampling() gives the other systems
@@ -451,11 +452,11 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
                        "readback", "encode_dtype", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses",
-                       "verify_top_k", "first_token_mass",
+                       "verify_top_k", "first_token_mass", "context_tokens",
                        "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens")
 
 #: how runs that predate a setting generated: the encoder ran in float32, and phrases took mass from any token
-SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False}
+SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False, "context_tokens": 0}
 
 
 def check_resumable(config: EvalConfig) -> None:

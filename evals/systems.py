@@ -36,6 +36,7 @@ OPTIONS = {
     "bias": (float, None, _DYNAMIC),
     "agree": (int, None, _DYNAMIC),
     "uses": (int, None, _DYNAMIC),
+    "context": (int, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
     "checkpoint": (str, None, TRAINED),

@@ -29,12 +29,13 @@ from tqdm.auto import tqdm
 from dynvocab.atomic import MANIFEST, atomic_directory
 from dynvocab.config import CONFIG_NAME
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-from evals.calibration import CalibrationCounts, count_positions, next_item_logits
+from evals.calibration import CalibrationCounts, context_allowed, count_positions, next_item_logits
 from evals.protocol import EvalConfig, held_out_prompts
 from retrieval.loading import demo_index
+from retrieval.phrases import document_contexts
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
-BIASES = (-4.0, -3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+BIASES = (-4.0, -3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0)
 
 
 def write_calibrated(checkpoint: Path, target: Path, model, bias: float) -> None:
@@ -57,7 +58,10 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=str(SHIPPED_ENCODER))
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--output-dir", default="results/calibration")
+    parser.add_argument("--context-tokens", default="0",
+                        help="comma-separated left-context sizes of the context gate to score (0: no gate)")
     args = parser.parse_args()
+    gates = sorted({int(n) for n in args.context_tokens.split(",")})
 
     start = time.perf_counter()
     model = load_dynamic_lm(args.model, args.checkpoint)
@@ -66,42 +70,50 @@ def main() -> None:
     pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), config.data), PipelineConfig())
     # the raw scores, the strictest rule (the first token is the LM's own top token), and as the pipeline decodes
     agreements = sorted({0, 1, pipeline.config.decoding_settings()["agreement_top_k"]})
-    totals = {k: CalibrationCounts(BIASES) for k in agreements}
+    totals = {(k, n): CalibrationCounts(BIASES) for k in agreements for n in gates}
     for item in tqdm(prompts, desc="calibration"):
         documents = pipeline.index.search_documents([item["prompt"]], k=pipeline.config.top_k)[0]
         model.set_phrases(pipeline.candidates(documents), mid_sentence_forms=False)
+        table = model.phrase_table.token_ids
         prompt_ids = model.tokenizer(item["prompt"]).input_ids
         reference_ids = model.tokenizer(item["reference"], add_special_tokens=False).input_ids
         logits = next_item_logits(model, prompt_ids, reference_ids)  # one forward pass for every setting
-        for k, total in totals.items():
-            total.add(count_positions(logits, model.vocab_size, model.phrase_table.token_ids, reference_ids, BIASES, k))
-    tables = {k: total.table() for k, total in totals.items()}
+        for n in gates:
+            allowed = (context_allowed(document_contexts(documents, model.tokenizer, table, n), table, prompt_ids,
+                                       reference_ids) if n else None)
+            for k in agreements:
+                totals[k, n].add(count_positions(logits, model.vocab_size, table, reference_ids, BIASES, k, allowed))
+    tables = {key: total.table() for key, total in totals.items()}
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     command = "python " + " ".join(sys.argv)
     settings = {"checkpoint": args.checkpoint, "model": args.model, "prompts": len(prompts), "skipped": args.skip,
-                "positions": totals[0].positions,
+                "positions": totals[agreements[0], gates[0]].positions,
                 "pipeline": pipeline.config.__dict__ | pipeline.config.decoding_settings(),
                 "configured_bias": model.dynvocab_config.phrase_score_bias,
                 "torch": torch.__version__, "python": platform.python_version(), "seconds": time.perf_counter() - start}
-    results = {"command": command, "settings": settings, "agreement_top_k": {str(k): rows for k, rows in tables.items()}}
+    results = {"command": command, "settings": settings,
+               "agreement_top_k": {str(k): rows for (k, n), rows in tables.items() if n == gates[0]},
+               "context_gate": {f"agreement {k}, context {n}": rows for (k, n), rows in tables.items()}}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [
         "# Phrase calibration: how often a phrase wins against how often the reference holds one",
         "",
         f"Command: `{command}` ({settings['seconds'] / 60:.1f} min, {torch.get_num_threads()} threads)",
         "",
-        f"{len(prompts)} held-out {config.data} leads (after the first {args.skip}), {totals[0].positions} reference positions read by teacher forcing, "
+        f"{len(prompts)} held-out {config.data} leads (after the first {args.skip}), {settings['positions']} reference positions read by teacher forcing, "
         f"checkpoint `{args.checkpoint}`, the pipeline's default phrases per prompt. Bias is added to every phrase "
         "logit on top of the checkpoint's own. *fit*: some plugged-in phrase spells the next reference tokens; "
-        "*accuracy*: the top item is right (a fitting phrase, or the next reference token).",
+        "*accuracy*: the top item is right (a fitting phrase, or the next reference token). *context n*: only "
+        "phrases that follow the text's last n tokens in a retrieved document compete (`dynvocab.context_gate`).",
         "",
     ]
-    for k, rows in tables.items():
+    for (k, n), rows in tables.items():
         best = max(rows, key=lambda row: row["accuracy"])
         lines += [
             f"## {'Raw scores (no agreement)' if k == 0 else f'With first-token agreement, top {k}'}"
-            f"{' (as the pipeline decodes)' if k == pipeline.config.decoding_settings()['agreement_top_k'] else ''}",
+            f"{' (as the pipeline decodes)' if k == pipeline.config.decoding_settings()['agreement_top_k'] else ''}"
+            f"{f', context {n}' if n else ''}",
             "",
             "| bias | phrase wins | phrase fits | precision | recall | accuracy |",
             "|---|---|---|---|---|---|",
@@ -113,7 +125,7 @@ def main() -> None:
             "",
         ]
     if args.write_bias:
-        decoded = tables[max(tables)]  # with the agreement rule the pipeline decodes with
+        decoded = tables[max(agreements), gates[0]]  # with the agreement rule the pipeline decodes with
         best = max(decoded, key=lambda row: row["accuracy"])["bias"]
         write_calibrated(Path(args.checkpoint), Path(args.write_bias), model, best)
         lines += [f"Wrote {args.write_bias}: the checkpoint with phrase_score_bias "

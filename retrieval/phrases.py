@@ -18,6 +18,7 @@ from itertools import accumulate
 from typing import Any, Literal, NamedTuple
 
 from dynvocab import Phrase
+from dynvocab.context_gate import left_contexts
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,13 @@ def tokenized_phrases(phrases: Sequence[Phrase], tokenizer: Any, max_tokens: int
     encoded = tokenizer([p.text for p in phrases], add_special_tokens=False)["input_ids"]
     special = set(tokenizer.all_special_ids)
     return [(p, tuple(ids)) for p, ids in zip(phrases, encoded) if 2 <= len(ids) <= max_tokens and special.isdisjoint(ids)]
+
+
+def document_contexts(documents: Sequence[Mapping[str, Any] | str], tokenizer: Any, phrase_token_ids: Collection[tuple[int, ...]],
+                      context_tokens: int, text_field: str = "text") -> dict[tuple[int, ...], set[tuple[int, ...]]]:
+    """``{context_tokens tokens: {phrases that follow them}}`` in ``documents``, for ``generate(phrase_contexts=...)``."""
+    texts, _ = _texts_and_sources(documents, text_field)
+    return left_contexts((ids for ids, _ in _tokenize(tokenizer, texts)), phrase_token_ids, context_tokens)
 
 
 def _check_arguments(unit: str, tokenizer: Any, min_length: int, max_length: int, min_count: int,

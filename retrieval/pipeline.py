@@ -20,7 +20,7 @@ from dynvocab.verification import generate_verified
 
 from .index.dense import DocumentIndex
 from .phrase_vectors import attach_phrase_vectors
-from .phrases import extract_phrases, tokenized_phrases
+from .phrases import document_contexts, extract_phrases, tokenized_phrases
 from .timing import STAGES, StageTimer
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,11 @@ class PipelineConfig:
     agreement_top_k: int | None = field(
         default=None,
         metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off; None: 3 greedy, 0 sampling)."},
+    )
+    context_tokens: int = field(
+        default=0,
+        metadata={"help": "A phrase may follow only the last n tokens it follows in a retrieved document "
+                          "(dynvocab.context_gate; 0: off)."},
     )
     phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase emitted at most this often per continuation (0: no limit)."})
     first_token_mass: bool | None = field(
@@ -104,7 +109,7 @@ class PipelineConfig:
         if self.edges not in ("content", "any") or self.ranking not in ("relevance", "frequency"):
             raise ValueError(f"edges={self.edges!r}, ranking={self.ranking!r}; choose edges 'content' or 'any', "
                              "ranking 'relevance' or 'frequency'")
-        counts = ("no_repeat_ngram_size", "agreement_top_k", "phrase_max_uses", "verify_top_k")
+        counts = ("no_repeat_ngram_size", "agreement_top_k", "phrase_max_uses", "verify_top_k", "context_tokens")
         if min(getattr(self, name) or 0 for name in counts) < 0 or self.repetition_penalty <= 0:
             raise ValueError(", ".join(f"{name}={getattr(self, name)}" for name in counts)
                              + f" must be >= 0 and repetition_penalty={self.repetition_penalty} > 0")
@@ -203,6 +208,17 @@ class PhrasePipeline:
         kept = tokenized_phrases(found, self.model.tokenizer, self.model.phrase_table.max_phrase_tokens)
         return [phrase for phrase, _ in kept][: c.max_phrases]
 
+    def phrase_contexts(self, documents: list[dict], phrases: Sequence[Phrase]) -> dict | None:
+        """With ``config.context_tokens``, where each of ``phrases`` follows in ``documents`` (``generate``'s
+        ``phrase_contexts`` for one prompt, ``dynvocab.context_gate``); None when the gate is off."""
+        n, tokenizer = self.config.context_tokens, self.model.tokenizer
+        if not n:
+            return None
+        if not phrases:
+            return {}
+        token_ids = [tuple(ids) for ids in tokenizer([p.text for p in phrases], add_special_tokens=False).input_ids]
+        return document_contexts(documents, tokenizer, token_ids, n)
+
     @torch.no_grad()
     def __call__(self, prompt: str) -> PipelineResult:
         check_prompts([prompt])
@@ -213,8 +229,9 @@ class PhrasePipeline:
             documents = self.index.search_documents([prompt], k=self.config.top_k)[0]
         with timer.stage("extract"):
             phrases = self.candidates(documents)
+            contexts = self.phrase_contexts(documents, phrases)
         prompt_ids = self.model.tokenizer(prompt, return_tensors="pt").input_ids.to(self.model.device)
-        ids = self._generate_realtime(prompt_ids, phrases, timer)
+        ids = self._generate_realtime(prompt_ids, phrases, contexts, timer)
         new = ids[0, prompt_ids.shape[1] :].tolist()
         return self._result(prompt, new, documents, len(phrases), len(new), timer.totals())
 
@@ -234,29 +251,35 @@ class PhrasePipeline:
             documents = self.index.search_documents(prompts, k=c.top_k)
         with timer.stage("extract"):
             phrases = [self.candidates(found) for found in documents]
+            contexts = [self.phrase_contexts(found, row) for found, row in zip(documents, phrases)]
+        gate = {"phrase_contexts": contexts} if c.context_tokens else {}
         with timer.stage("encode"):
             model.set_phrases(phrases if len(prompts) > 1 else phrases[0], mid_sentence_forms=False)
         budgets = max_chars if max_chars is not None else [c.max_chars] * len(prompts) if c.max_chars else None
         with timer.stage("decode"):
             if c.verify_top_k:
-                new, steps = self._generate_verified(prompts, budgets)
+                new, steps = self._generate_verified(prompts, budgets, contexts)
             else:
                 new = generate_continuations(
                     model, model.tokenizer(prompts)["input_ids"], pad_id(model.tokenizer), c.max_new_tokens,
-                    decode=model.decode, max_chars=budgets, **c.generation_kwargs(),
+                    decode=model.decode, max_chars=budgets, **c.generation_kwargs(), **gate,
                 )
                 steps = [len(ids) for ids in new]
         shares = {stage: seconds / len(prompts) for stage, seconds in timer.totals().items()}
         rows = zip(prompts, new, documents, map(len, phrases), steps)
         return [self._result(*fields, shares, row=i if len(prompts) > 1 else None) for i, fields in enumerate(rows)]
 
-    def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None) -> tuple[list[list[int]], list[int]]:
+    def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None,
+                           contexts: list[dict | None]) -> tuple[list[list[int]], list[int]]:
         """Each prompt by ``generate_verified`` with its row's phrases: the new ids and the steps they took."""
         c, model = self.config, self.model
         kwargs = c.generation_kwargs()
-        processors = model.phrase_logits_processors(**{k: kwargs[k] for k in PHRASE_PROCESSOR_ARGS if k in kwargs})
         new, steps = [], []
         for row, prompt in enumerate(prompts):
+            gate = {"phrase_contexts": contexts[row]} if contexts[row] is not None else {}
+            processors = model.phrase_logits_processors(
+                **{k: kwargs[k] for k in PHRASE_PROCESSOR_ARGS if k in kwargs}, **gate
+            )
             ids = model.tokenizer(prompt, return_tensors="pt").input_ids
             budget = budgets[row] if budgets is not None else None
             out = generate_verified(
@@ -280,11 +303,13 @@ class PhrasePipeline:
             num_phrases=num_phrases, steps=steps, latency={stage: latency.get(stage, 0.0) for stage in STAGES},
         )
 
-    def _generate_realtime(self, prompt_ids: torch.Tensor, phrases: list[Phrase], timer: StageTimer) -> torch.Tensor:
+    def _generate_realtime(self, prompt_ids: torch.Tensor, phrases: list[Phrase], contexts: dict | None,
+                           timer: StageTimer) -> torch.Tensor:
         """Decode ``realtime_every`` steps at a time, adding the next share of candidates before each chunk."""
         c, model = self.config, self.model
         chunk = max(1, round(len(phrases) * c.realtime_fraction))
         ids, cache, added = prompt_ids, None, 0
+        gate = {"phrase_contexts": contexts} if contexts is not None else {}
         with timer.stage("encode"):
             model.set_phrases([], mid_sentence_forms=False)
         while ids.shape[1] - prompt_ids.shape[1] < c.max_new_tokens:
@@ -298,6 +323,7 @@ class PhrasePipeline:
                 out = model.generate(
                     ids, past_key_values=cache, max_new_tokens=steps, return_dict_in_generate=True,
                     stopping_criteria=character_budget(model, prompt_ids.shape[1], c.max_chars), **c.generation_kwargs(),
+                    **gate,
                 )
             finished = out.sequences.shape[1] - ids.shape[1] < steps
             ids, cache = out.sequences, out.past_key_values

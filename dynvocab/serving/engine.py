@@ -140,13 +140,15 @@ class Engine:
         with timer.stage("extract"):
             rows = [job.phrases + (PhrasePipeline(model, None, job.settings).candidates(docs) if docs else [])
                     for job, docs in zip(jobs, documents)]
+            contexts = [PhrasePipeline(model, None, job.settings).phrase_contexts(docs, phrases) if docs else None
+                        for job, docs, phrases in zip(jobs, documents, rows)]
         with timer.stage("encode"):
             model.set_phrases(rows if len(rows) > 1 else rows[0], mid_sentence_forms=False)
         batch_rows = range(len(jobs)) if len(jobs) > 1 else [None]
         tracked = [Row(job.request.max_tokens, job.request.stops, self._listener(job, docs, row), job.cancelled)
                    for job, docs, row in zip(jobs, documents, batch_rows)]
         with timer.stage("decode"), _readback(model, jobs[0].request.readback):
-            self._generate(jobs, tracked)
+            self._generate(jobs, tracked, contexts)
         stages = {stage: seconds / len(jobs) for stage, seconds in timer.totals().items()}
         completions = [self._completion(job, row, docs, len(phrases), stages, batch_row)
                        for job, row, docs, phrases, batch_row in zip(jobs, tracked, documents, rows, batch_rows)]
@@ -183,7 +185,7 @@ class Engine:
                 found[position] = documents
         return found
 
-    def _generate(self, jobs: list[Job], rows: list[Row]) -> None:
+    def _generate(self, jobs: list[Job], rows: list[Row], contexts: list[dict | None]) -> None:
         model, pad = self.model, pad_id(self.model.tokenizer)
         ids, mask = pad_sequences([job.prompt_ids for job in jobs], pad, side="left", device=model.device)
         tracker = RowTracker(rows, lambda new: model.decode(new, skip_special_tokens=True), self.eos, model.vocab_size)
@@ -192,7 +194,8 @@ class Engine:
             torch.manual_seed(request.seed)
         model.generate(ids, attention_mask=mask, max_new_tokens=max(job.request.max_tokens for job in jobs),
                        pad_token_id=pad, stopping_criteria=StoppingCriteriaList([tracker]),
-                       **jobs[0].settings.generation_kwargs())
+                       **jobs[0].settings.generation_kwargs(),
+                       **({"phrase_contexts": contexts} if any(c is not None for c in contexts) else {}))
         for row in rows:
             row.finish_reason = row.finish_reason or "length"
 

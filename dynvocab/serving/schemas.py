@@ -12,7 +12,7 @@ PHRASE_SOURCES = ("phrases", "documents", "retrieve")
 #: the library's settings that go to ``retrieval.pipeline.PipelineConfig`` as they are
 PIPELINE_SETTINGS = (
     "unit", "min_length", "max_length", "min_count", "max_phrases", "edges", "ranking", "no_repeat_ngram_size",
-    "repetition_penalty", "agreement_top_k", "phrase_max_uses", "first_token_mass", "phrase_bias",
+    "repetition_penalty", "agreement_top_k", "phrase_max_uses", "first_token_mass", "phrase_bias", "context_tokens",
 )
 
 
@@ -57,6 +57,7 @@ class CompletionRequest(BaseModel):
     repetition_penalty: float | None = Field(None, gt=0.0)
     agreement_top_k: int | None = Field(None, ge=0)
     phrase_max_uses: int | None = Field(None, ge=0)
+    context_tokens: int | None = Field(None, ge=0)
     first_token_mass: bool | None = None
     phrase_bias: float | None = None
     unit: Literal["tokens", "words"] | None = None

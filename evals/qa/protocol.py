@@ -1,11 +1,12 @@
 """``dynvocab eval-qa``: citation-aware QA systems on one question set, resumable, scored and reported.
 
-A system is written ``MODE[@K][+oracle]``: MODE is ``bare`` (the same LM, no phrases),
+A system is written ``MODE[@K][+oracle][:context=N]``: MODE is ``bare`` (the same LM, no phrases),
 ``ngram`` / ``content`` (phrases from every token n-gram, or constituent-like ones, each
 ending with its document's ``[n]``) or ``ngram-nomark`` / ``content-nomark`` (the same
 phrases without markers: ``[n]`` is written after each from provenance); ``@K`` documents
 (default 3); ``+oracle`` puts the evidence page in place of the k-th document when retrieval
-missed it. Systems that see the same documents for a question share one prompt, one
+missed it; ``:context=N`` lets a phrase follow only the N tokens its body follows in its document
+(``dynvocab.context_gate``). Systems that see the same documents for a question share one prompt, one
 prefill and one batched decode. Answers are appended to ``generations.jsonl`` question by
 question, so a stopped run resumes where it stopped.
 """
@@ -33,10 +34,11 @@ MODES = {
     "content": ("content", True),
     "content-nomark": ("content", False),
 }
-_SYSTEM = re.compile(r"^(?P<mode>[a-z-]+)(?:@(?P<k>\d+))?(?P<oracle>\+oracle)?$")
+_SYSTEM = re.compile(r"^(?P<mode>[a-z-]+)(?:@(?P<k>\d+))?(?P<oracle>\+oracle)?(?::context=(?P<context>\d+))?$")
 
-#: the comparison the targets are judged on; the same 3 documents, so one prefill and one batched decode per question
-DEFAULT_SYSTEMS = "bare@3,ngram@3,ngram-nomark@3,content@3"
+#: the comparison the targets are judged on; the same 3 documents, so one prefill and one batched decode per question;
+#: the phrase systems gated by 4 tokens of left context, as ``dynvocab qa`` answers
+DEFAULT_SYSTEMS = "bare@3,ngram@3:context=4,ngram-nomark@3:context=4,content@3:context=4"
 #: the diagnostic grid: more documents, and the evidence page forced in
 DIAGNOSTIC_SYSTEMS = "bare@5,ngram@5,content@5,bare@3+oracle,ngram@3+oracle,content@3+oracle"
 
@@ -47,6 +49,7 @@ class QASystem:
     mode: str
     k: int
     oracle: bool
+    context_tokens: int = 0
 
     @property
     def phrases(self) -> str:
@@ -61,12 +64,15 @@ def parse_qa_system(name: str) -> QASystem:
     """``"ngram@5+oracle"`` -> ``QASystem``; raises ``ValueError`` naming what is wrong."""
     match = _SYSTEM.match(name.strip())
     if not match or match["mode"] not in MODES:
-        raise ValueError(f"system {name!r} is not MODE[@K][+oracle] with MODE one of {', '.join(MODES)}; "
-                         "e.g. ngram@3 or bare@5+oracle")
+        raise ValueError(f"system {name!r} is not MODE[@K][+oracle][:context=N] with MODE one of {', '.join(MODES)}; "
+                         "e.g. ngram@3, bare@5+oracle or ngram@3:context=4")
     k = int(match["k"] or 3)
     if k < 1:
         raise ValueError(f"system {name!r}: @{k} documents; pass at least 1")
-    return QASystem(name.strip(), match["mode"], k, bool(match["oracle"]))
+    context = int(match["context"] or 0)
+    if context and match["mode"] == "bare":
+        raise ValueError(f"system {name!r}: the bare LM has no phrases to gate; drop :context={context}")
+    return QASystem(name.strip(), match["mode"], k, bool(match["oracle"]), context)
 
 
 @dataclass
@@ -116,7 +122,8 @@ class QAEvalConfig:
 
         return QAConfig(top_k=system.k, phrases=system.phrases, markers=system.markers, document_words=self.document_words,
                         max_phrases=self.max_phrases, max_new_tokens=self.max_new_tokens,
-                        agreement_top_k=self.agreement_top_k, phrase_max_uses=self.phrase_max_uses)
+                        agreement_top_k=self.agreement_top_k, phrase_max_uses=self.phrase_max_uses,
+                        context_tokens=system.context_tokens)
 
 
 #: settings that change what is generated: a run resumes only under the same ones
@@ -232,11 +239,11 @@ def answer_item(qa, config: QAEvalConfig, item: dict, systems: list[QASystem], d
         groups.setdefault(tuple(d["id"] for d in documents[s.name]), []).append(s)
     records = []
     for members in groups.values():
-        unique = list(dict.fromkeys((s.phrases, s.markers) for s in members))
-        configs = [replace(config.qa_config(members[0]), phrases=p, markers=m) for p, m in unique]
+        unique = list(dict.fromkeys((s.phrases, s.markers, s.context_tokens) for s in members))
+        configs = [replace(config.qa_config(members[0]), phrases=p, markers=m, context_tokens=c) for p, m, c in unique]
         results = dict(zip(unique, qa.answer_many(item["question"], configs, documents[members[0].name])))
         for s in members:
-            r = results[(s.phrases, s.markers)]
+            r = results[(s.phrases, s.markers, s.context_tokens)]
             records.append({"system": s.name, "id": item["id"], "question": item["question"], "answer": r.answer,
                             "text": r.text, "citations": [asdict(c) for c in r.citations], "cited": r.cited,
                             "documents": [d["id"] for d in r.documents], "steps": r.steps, "phrase_steps": r.phrase_steps,

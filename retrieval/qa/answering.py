@@ -24,9 +24,9 @@ from dynvocab import DynamicVocabLM, Phrase
 from dynvocab.config import check_at_least, check_field_types
 
 from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
-from ..phrases import extract_phrases
+from ..phrases import document_contexts, extract_phrases
 
-__all__ = ["CitationQA", "QAConfig", "QAResult", "build_messages", "document_phrases"]
+__all__ = ["CitationQA", "QAConfig", "QAResult", "build_messages", "cited_phrase_contexts", "document_phrases"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,12 @@ class QAConfig:
     max_new_tokens: int = field(default=48, metadata={"help": "Decoding steps at most."})
     agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
     phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase at most this often per answer (0: no limit)."})
+    context_tokens: int = field(
+        default=4,
+        metadata={"help": "A phrase may follow only the last n tokens its body follows in its document "
+                          "(dynvocab.context_gate; 0: off). 4: on 150 FanOutQA questions STR-EM 11.4-12.1% against "
+                          "the bare LM's 11.4% (ungated: 8.0%)."},
+    )
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "No token n-gram twice, phrases spelled out (0: off)."})
     stop_at_newline: bool = field(default=True, metadata={"help": "End the answer at its first line break."})
     max_sentences: int = field(default=1, metadata={"help": "End the answer after this many sentences (0: no limit)."})
@@ -74,7 +80,8 @@ class QAConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         check_at_least(self, 1, ("top_k", "document_words", "max_new_tokens", "min_length"))
-        check_at_least(self, 0, ("max_phrases", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "max_sentences"))
+        check_at_least(self, 0, ("max_phrases", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "max_sentences",
+                                 "context_tokens"))
         if self.phrases not in PHRASE_MODES:
             raise ValueError(f"QAConfig.phrases={self.phrases!r}; choose one of {', '.join(PHRASE_MODES)}")
         if self.chat_template not in ("auto", "never"):
@@ -182,6 +189,25 @@ def document_phrases(documents: Sequence[Mapping], tokenizer, config: QAConfig, 
         if count[phrase.source] <= config.max_phrases:
             kept.append(phrase)
     return kept
+
+
+def cited_phrase_contexts(documents: Sequence[Mapping], phrases: Sequence[Phrase], tokenizer, n: int,
+                          markers: bool) -> dict[tuple[int, ...], set[tuple[int, ...]]]:
+    """``generate``'s ``phrase_contexts`` for ``document_phrases``: where each phrase's body follows ``n`` tokens in
+    its own document, keyed to the phrase's own tokens (its marker included)."""
+    contexts: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+    for number, document in enumerate(documents, start=1):
+        own = [p.text for p in phrases if p.source == str(number)]
+        if not own:
+            continue
+        bodies = [text.removesuffix(marker(number)) if markers else text for text in own]
+        by_body: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+        for body, ids in zip(tokenizer(bodies, add_special_tokens=False)["input_ids"],
+                             tokenizer(own, add_special_tokens=False)["input_ids"]):
+            by_body.setdefault(tuple(body), set()).add(tuple(ids))
+        for context, found in document_contexts([document], tokenizer, by_body, n).items():
+            contexts.setdefault(context, set()).update(ids for body in found for ids in by_body[body])
+    return contexts
 
 
 def _token_count(tokenizer, text: str) -> int:
@@ -309,6 +335,9 @@ class CitationQA:
         ids = prompt_ids(tokenizer, question, documents, first)
         rows = [document_phrases(documents, tokenizer, c, model.phrase_table.max_phrase_tokens) for c in configs]
         model.set_phrases(rows if len(rows) > 1 else rows[0], mid_sentence_forms=False)
+        contexts = [cited_phrase_contexts(documents, phrases, tokenizer, c.context_tokens, c.markers)
+                    if c.context_tokens else None for c, phrases in zip(configs, rows)]
+        gate = {"phrase_contexts": contexts} if any(c is not None for c in contexts) else {}
         cache = self.prefixes(ids)
         if len(rows) > 1:
             cache.batch_repeat_interleave(len(rows))
@@ -316,7 +345,7 @@ class CitationQA:
         stopping = StoppingCriteriaList([AnswerEnd(model.decode, len(ids), first.stop_at_newline, first.max_sentences)])
         out = model.generate(inputs, attention_mask=torch.ones_like(inputs), past_key_values=cache,
                              max_new_tokens=first.max_new_tokens, stopping_criteria=stopping,
-                             pad_token_id=_pad(tokenizer), **first.generation_kwargs())
+                             pad_token_id=_pad(tokenizer), **first.generation_kwargs(), **gate)
         seconds = (time.perf_counter() - start) / len(rows)
         return [self._result(question, documents, new, len(phrases), config, seconds, row=i if len(rows) > 1 else None)
                 for i, (new, phrases, config) in enumerate(zip(out[:, len(ids) :].tolist(), rows, configs))]

@@ -5,7 +5,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from evals.calibration import CalibrationCounts, _fitting_phrases, calibration_counts
+from evals.calibration import (
+    CalibrationCounts, _fitting_phrases, calibration_counts, context_allowed, count_positions, next_item_logits,
+)
 
 V = 10
 PHRASES = [(4, 5), (6, 7, 8), (4, 9)]  # ids V, V + 1, V + 2
@@ -64,3 +66,19 @@ def test_counts_add_up_only_over_the_same_biases():
     assert a.positions == 7 and a.wins == [1, 5]
     with pytest.raises(ValueError, match="cannot be added"):
         a.add(CalibrationCounts([0.0]))
+
+
+def test_the_context_gate_is_scored_where_the_text_ends_with_a_phrase_context():
+    prompt, continuation = [1, 2], [4, 5, 3, 6, 7, 8]
+    # phrase V follows (1, 2), phrase V + 1 follows (5, 3), phrase V + 2 follows (9, 9), which never occurs
+    contexts = {(1, 2): [(4, 5)], (5, 3): [(6, 7, 8)], (9, 9): [(4, 9)], (2, 4): [(1, 1)]}  # (1, 1): not a phrase
+    allowed = context_allowed(contexts, PHRASES, prompt, continuation)
+    assert allowed.nonzero().tolist() == [[0, 0], [3, 1]]
+    assert not context_allowed({}, PHRASES, prompt, continuation).any()
+    # every phrase scores 5 above every token: ungated, a phrase wins everywhere; gated, only where it may
+    table = torch.zeros(8, V + 3)
+    table[:, V:] = 5.0
+    logits = next_item_logits(FixedLogits(table), prompt, continuation)
+    free = count_positions(logits, V, PHRASES, continuation, [0.0])
+    gated = count_positions(logits, V, PHRASES, continuation, [0.0], allowed=allowed)
+    assert free.wins == [6] and gated.wins == [2] and gated.fitting_wins == [2]

@@ -156,16 +156,49 @@ def test_system_names_are_checked():
     from evals.protocol import EvalConfig
     from evals.systems import parse_system
 
-    spec = parse_system("dynamic@256:readback=vector:no_repeat=4")
-    assert (spec.base, spec.max_phrases, spec.options) == ("dynamic", 256, {"readback": "vector", "no_repeat": 4})
+    spec = parse_system("dynamic@256:readback=vector:no_repeat=4:context=3")
+    assert (spec.base, spec.max_phrases, spec.options) == ("dynamic", 256, {"readback": "vector", "no_repeat": 4,
+                                                                             "context": 3})
     assert parse_system("mwt") == parse_system(" mwt ")
     EvalConfig(systems="bare,dynamic@64,dynamic-untrained@8,bare-rag:docs=2,bare:no_repeat=3")
     bad = {"bare@5": "caps the phrases", "dynamic@0": "must be positive", "dynamic@x": "must be positive",
            "mwt2": "unknown base", "dynamic:readback=text": "choose from", "bare:readback=tokens": "applies to",
-           "dynamic:no_repeat=x": "is not a int", "dynamic:colour=red": "key=value", ",": "names no system"}
+           "dynamic:no_repeat=x": "is not a int", "dynamic:colour=red": "key=value", ",": "names no system",
+           "bare:context=4": "applies to"}
     for name, message in bad.items():
         with pytest.raises(ValueError, match=message):
             EvalConfig(systems=name)
+
+
+def test_qa_system_names_take_a_context_gate():
+    from evals.qa.protocol import QAEvalConfig, parse_qa_system
+
+    system = parse_qa_system("ngram@5+oracle:context=4")
+    assert (system.mode, system.k, system.oracle, system.context_tokens) == ("ngram", 5, True, 4)
+    assert QAEvalConfig().qa_config(system).context_tokens == 4
+    assert parse_qa_system("content@3").context_tokens == 0
+    for name, message in {"bare@3:context=4": "no phrases to gate", "ngram:context=x": "MODE"}.items():
+        with pytest.raises(ValueError, match=message):
+            parse_qa_system(name)
+
+
+def test_qa_systems_that_differ_only_by_their_gate_are_answered_apart():
+    from types import SimpleNamespace
+
+    from evals.qa.protocol import QAEvalConfig, answer_item, parse_qa_system
+
+    asked = []
+
+    def answer_many(question, configs, documents):
+        asked.extend(configs)
+        return [SimpleNamespace(answer=f"gate {c.context_tokens}", text="", citations=[], cited=[], documents=[],
+                                steps=1, phrase_steps=0, num_phrases=0, seconds=0.0) for c in configs]
+
+    systems = [parse_qa_system(name) for name in ("ngram@3", "ngram@3:context=4", "ngram@3:context=2")]
+    records = answer_item(SimpleNamespace(answer_many=answer_many), QAEvalConfig(), {"id": "q", "question": "Who?"},
+                          systems, {s.name: [{"id": "d"}] for s in systems})
+    assert sorted(c.context_tokens for c in asked) == [0, 2, 4]
+    assert [r["answer"] for r in records] == ["gate 0", "gate 4", "gate 2"]
 
 
 def test_a_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_refused(tmp_path):

@@ -170,6 +170,32 @@ def test_the_phrase_guards_default_by_decoding_and_explicit_values_win():
 
 
 @pytest.mark.parametrize("verified", [False, True])
+def test_the_context_gate_holds_phrases_to_the_tokens_they_follow_in_the_documents(pipeline, verified):
+    from dynvocab.scoring import DotProductScorer
+
+    class PreferPhrases(DotProductScorer):
+        def forward(self, hidden, vectors, mask=None):
+            return super().forward(hidden, vectors, mask) + 1e4
+
+    pipeline.model.scorer = PreferPhrases()
+    prompt = "New York City is the most populous city in the"  # the document goes on " United States"
+    verify_top_k = pipeline.model.vocab_size if verified else 0
+    settings = {"top_k": 1, "max_new_tokens": 4, "agreement_top_k": 0, "verify_top_k": verify_top_k}
+    pipeline.config = PipelineConfig(**settings)
+    free = pipeline(prompt)
+    pipeline.config = PipelineConfig(**settings, context_tokens=2)
+    gated = pipeline(prompt)
+    assert free.phrase_steps == free.steps  # ungated, a phrase wins every step
+    assert gated.segments[0].is_phrase and gated.segments[0].text == " United States"
+    assert gated.phrase_steps < gated.steps  # after " United States" the text leaves the document
+    contexts = pipeline.phrase_contexts([DOCS[0]], pipeline.candidates([DOCS[0]]))
+    tokens = pipeline.model.tokenizer
+    assert contexts[tuple(tokens(" in the", add_special_tokens=False).input_ids)] == {
+        tuple(tokens(" United States", add_special_tokens=False).input_ids)}
+    assert pipeline.batch([prompt, prompt])[1].text == gated.text
+
+
+@pytest.mark.parametrize("verified", [False, True])
 def test_the_phrase_bias_reaches_plain_and_verified_decoding(pipeline, verified):
     from dynvocab.scoring import DotProductScorer
 

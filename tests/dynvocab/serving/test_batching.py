@@ -21,6 +21,9 @@ REQUESTS = [
     {"prompt": "We walked along the river and saw", "max_tokens": 12, "phrases": ["the Hudson River", "Greater Tokyo"]},
     {"prompt": "The cat sat on the mat and", "max_tokens": 9},
     {"prompt": "Tokyo is", "max_tokens": 11, "documents": [DOCS[2]["text"], DOCS[1]["text"]], "stop": [" the"]},
+    # gated rows: a phrase follows only the tokens it follows in the row's documents (1 and 2 tokens of context)
+    {"prompt": "Tokyo is the capital of", "max_tokens": 6, "documents": [DOCS[2]["text"]], "context_tokens": 1},
+    {"prompt": "New York City lies on", "max_tokens": 6, "retrieve": 1, "context_tokens": 2},
 ]
 
 
@@ -56,7 +59,23 @@ def test_rows_that_retrieve_alike_share_one_search(make_engine, monkeypatch):
     search = index.search_documents
     monkeypatch.setattr(index, "search_documents", lambda queries, k: searches.append((len(queries), k)) or search(queries, k))
     engine.run([job(engine, fields, n) for n, fields in enumerate(REQUESTS)])
-    assert sorted(searches) == [(1, 1), (2, 2)]
+    assert sorted(searches) == [(2, 1), (2, 2)]
+
+
+def test_a_gated_row_writes_a_phrase_only_after_the_tokens_it_follows_in_its_documents(make_engine):
+    engine = make_engine(phrases_win=True)
+    tokenizer = engine.model.tokenizer
+    fields = {"prompt": "New York City is the most populous city in the", "max_tokens": 8, "documents": [DOCS[0]["text"]]}
+    free, gated = (engine.run([job(engine, fields | extra, n)])[0] for n, extra in enumerate([{}, {"context_tokens": 1}]))
+    assert free.phrase_steps > gated.phrase_steps >= 1  # phrases always win where they may: the gate holds most back
+    document = tokenizer(DOCS[0]["text"], add_special_tokens=False).input_ids
+    text = fields["prompt"]
+    for segment in gated.segments:
+        if segment["type"] == "phrase":
+            before = tokenizer(text, add_special_tokens=False).input_ids[-1]
+            phrase = tokenizer(segment["text"], add_special_tokens=False).input_ids
+            assert any(document[i - 1] == before and document[i : i + len(phrase)] == phrase for i in range(1, len(document)))
+        text += segment["text"]
 
 
 def test_a_seeded_sampled_request_decodes_alone_and_greedy_ones_share(make_engine):

@@ -5,7 +5,9 @@ import pytest
 from dynvocab import DynamicVocabLM, Phrase, Segment
 from dynvocab.scoring import DotProductScorer
 from retrieval.qa.citations import MARKER, cite_segments, numbered_phrases, strip_markers
-from retrieval.qa.answering import CitationQA, QAConfig, build_messages, document_phrases, prompt_ids
+from retrieval.qa.answering import (
+    CitationQA, QAConfig, build_messages, cited_phrase_contexts, document_phrases, prompt_ids,
+)
 
 DOCS = [
     {"id": "nyc", "title": "New York", "text": "New York City is the most populous city in the United States. "
@@ -28,7 +30,8 @@ def model(llama, tokenizer):
 
 
 def quick(**settings) -> QAConfig:
-    return QAConfig(**{"max_new_tokens": 6, "stop_at_newline": False, "max_sentences": 0, "agreement_top_k": 0} | settings)
+    defaults = {"max_new_tokens": 6, "stop_at_newline": False, "max_sentences": 0, "agreement_top_k": 0, "context_tokens": 0}
+    return QAConfig(**defaults | settings)
 
 
 # ---------------------------------------------------------------- markers from provenance (no model)
@@ -120,6 +123,26 @@ def test_the_bare_system_is_the_lm_alone(model, llama, tokenizer):
     expected = llama.generate(torch.tensor([ids]), max_new_tokens=5, do_sample=False)[0, len(ids) :]
     assert bare.text == tokenizer.decode(expected, skip_special_tokens=True).strip()
     assert bare.num_phrases == 0 and bare.phrase_steps == 0
+
+
+@pytest.mark.parametrize("markers", [True, False])
+def test_the_context_gate_keys_each_body_to_its_own_document_and_marker(tokenizer, markers):
+    phrases = document_phrases(DOCS, tokenizer, QAConfig(markers=markers), 16)
+    contexts = cited_phrase_contexts(DOCS, phrases, tokenizer, 2, markers)
+    ids = lambda text: tuple(tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
+    # " the United States" follows " populous city in" in document 1 only, " the capital of France" " Paris is" in 2
+    assert ids(" the United States" + ("[1]" if markers else "")) in contexts[ids(" city in")]
+    assert ids(" the capital" + ("[2]" if markers else "")) in contexts[ids("Paris is")]
+    if markers:  # a context of document 2 lets only document 2's phrases through
+        assert {tokenizer.decode(found)[-3:] for found in contexts[ids("Paris is")]} == {"[2]"}
+
+
+def test_a_gated_system_writes_a_phrase_only_after_its_body_context(model):
+    model.scorer = PreferPhrases()
+    free = CitationQA(model, config=quick())(QUESTION, DOCS)
+    gated = CitationQA(model, config=quick(context_tokens=2))(QUESTION, DOCS)
+    assert free.phrase_steps == free.steps and gated.phrase_steps < gated.steps
+    assert CitationQA(model).answer_many(QUESTION, [quick(), quick(context_tokens=2)], DOCS)[1].answer == gated.answer
 
 
 def test_systems_answered_together_equal_each_answered_alone(model):
