@@ -176,10 +176,23 @@ def test_qa_system_names_take_a_context_gate():
     system = parse_qa_system("ngram@5+oracle:context=4")
     assert (system.mode, system.k, system.oracle, system.context_tokens) == ("ngram", 5, True, 4)
     assert QAEvalConfig().qa_config(system).context_tokens == 4
+    assert QAEvalConfig(no_repeat_ngram_size=4).qa_config(system).no_repeat_ngram_size == 4  # every system alike
     assert parse_qa_system("content@3").context_tokens == 0
     for name, message in {"bare@3:context=4": "no phrases to gate", "ngram:context=x": "MODE"}.items():
         with pytest.raises(ValueError, match=message):
             parse_qa_system(name)
+
+
+def test_a_qa_run_recorded_before_no_repeat_existed_resumes_only_without_it(tmp_path):
+    import json
+
+    from evals.qa.protocol import QAEvalConfig, check_resumable
+
+    old = {k: v for k, v in vars(QAEvalConfig(output_dir=str(tmp_path))).items() if k != "no_repeat_ngram_size"}
+    (tmp_path / "qa_config.json").write_text(json.dumps(old))
+    check_resumable(QAEvalConfig(output_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="no_repeat_ngram_size=0"):
+        check_resumable(QAEvalConfig(output_dir=str(tmp_path), no_repeat_ngram_size=4))
 
 
 def test_qa_systems_that_differ_only_by_their_gate_are_answered_apart():
