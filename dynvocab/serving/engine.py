@@ -138,10 +138,11 @@ class Engine:
         with timer.stage("retrieve"):
             documents = [job.documents + found for job, found in zip(jobs, self._retrieved(jobs))]
         with timer.stage("extract"):
-            rows = [job.phrases + (PhrasePipeline(model, None, job.settings).candidates(docs) if docs else [])
-                    for job, docs in zip(jobs, documents)]
-            contexts = [PhrasePipeline(model, None, job.settings).phrase_contexts(docs, phrases) if docs else None
-                        for job, docs, phrases in zip(jobs, documents, rows)]
+            pipelines = [PhrasePipeline(model, None, job.settings) for job in jobs]
+            rows = [job.phrases + (pipeline.candidates(docs) if docs else [])
+                    for job, pipeline, docs in zip(jobs, pipelines, documents)]
+            contexts = [pipeline.phrase_contexts(docs, phrases) if docs else None
+                        for pipeline, docs, phrases in zip(pipelines, documents, rows)]
         with timer.stage("encode"):
             model.set_phrases(rows if len(rows) > 1 else rows[0], mid_sentence_forms=False)
         batch_rows = range(len(jobs)) if len(jobs) > 1 else [None]
