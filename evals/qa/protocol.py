@@ -1,14 +1,14 @@
 """``dynvocab eval-qa``: citation-aware QA systems on one question set, resumable, scored and reported.
 
-A system is written ``MODE[@K][+oracle][:context=N]``: MODE is ``bare`` (the same LM, no phrases),
+A system is written ``MODE[@K][+oracle][:context=N][:bias=B]``: MODE is ``bare`` (the same LM, no phrases),
 ``ngram`` / ``content`` (phrases from every token n-gram, or constituent-like ones, each
 ending with its document's ``[n]``) or ``ngram-nomark`` / ``content-nomark`` (the same
 phrases without markers: ``[n]`` is written after each from provenance); ``@K`` documents
 (default 3); ``+oracle`` puts the evidence page in place of the k-th document when retrieval
 missed it; ``:context=N`` lets a phrase follow only the N tokens its body follows in its document
-(``dynvocab.context_gate``). Systems that see the same documents for a question share one prompt, one
-prefill and one batched decode. Answers are appended to ``generations.jsonl`` question by
-question, so a stopped run resumes where it stopped.
+(``dynvocab.context_gate``); ``:bias=B`` adds B to every phrase score. Systems that see the same documents
+with the same bias for a question share one prompt, one prefill and one batched decode. Answers are appended to
+``generations.jsonl`` question by question, so a stopped run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ MODES = {
     "content": ("content", True),
     "content-nomark": ("content", False),
 }
-_SYSTEM = re.compile(r"^(?P<mode>[a-z-]+)(?:@(?P<k>\d+))?(?P<oracle>\+oracle)?(?::context=(?P<context>\d+))?$")
+_SYSTEM = re.compile(r"^(?P<mode>[a-z-]+)(?:@(?P<k>\d+))?(?P<oracle>\+oracle)?(?::context=(?P<context>\d+))?"
+                     r"(?::bias=(?P<bias>[+-]?\d+(?:\.\d+)?))?$")
 
 #: the comparison the targets are judged on; the same 3 documents, so one prefill and one batched decode per question;
 #: the phrase systems gated by 4 tokens of left context, as ``dynvocab qa`` answers
@@ -50,6 +51,7 @@ class QASystem:
     k: int
     oracle: bool
     context_tokens: int = 0
+    phrase_bias: float = 0.0
 
     @property
     def phrases(self) -> str:
@@ -61,18 +63,21 @@ class QASystem:
 
 
 def parse_qa_system(name: str) -> QASystem:
-    """``"ngram@5+oracle"`` -> ``QASystem``; raises ``ValueError`` naming what is wrong."""
+    """``"ngram@5+oracle:context=4:bias=2"`` -> ``QASystem``; raises ``ValueError`` naming what is wrong."""
     match = _SYSTEM.match(name.strip())
     if not match or match["mode"] not in MODES:
-        raise ValueError(f"system {name!r} is not MODE[@K][+oracle][:context=N] with MODE one of {', '.join(MODES)}; "
-                         "e.g. ngram@3, bare@5+oracle or ngram@3:context=4")
+        raise ValueError(f"system {name!r} is not MODE[@K][+oracle][:context=N][:bias=B] with MODE one of "
+                         f"{', '.join(MODES)}; e.g. ngram@3, bare@5+oracle or ngram@3:context=4:bias=2")
     k = int(match["k"] or 3)
     if k < 1:
         raise ValueError(f"system {name!r}: @{k} documents; pass at least 1")
     context = int(match["context"] or 0)
     if context and match["mode"] == "bare":
         raise ValueError(f"system {name!r}: the bare LM has no phrases to gate; drop :context={context}")
-    return QASystem(name.strip(), match["mode"], k, bool(match["oracle"]), context)
+    bias = float(match["bias"] or 0)
+    if bias and match["mode"] == "bare":
+        raise ValueError(f"system {name!r}: the bare LM has no phrases to bias; drop :bias={match['bias']}")
+    return QASystem(name.strip(), match["mode"], k, bool(match["oracle"]), context, bias)
 
 
 @dataclass
@@ -86,7 +91,7 @@ class QAEvalConfig:
     encoder: str = field(default="minilm", metadata={"help": "The index's document encoder (name or path)."})
     systems: str = field(
         default=DEFAULT_SYSTEMS,
-        metadata={"help": f"Comma-separated MODE[@K][+oracle] systems (see the module docs); the diagnostic grid is {DIAGNOSTIC_SYSTEMS}."},
+        metadata={"help": f"Comma-separated MODE[@K][+oracle][:context=N][:bias=B] systems (see the module docs); the diagnostic grid is {DIAGNOSTIC_SYSTEMS}."},
     )
     num_questions: int = field(default=0, metadata={"help": "Questions evaluated (0: all)."})
     document_words: int = field(default=100, metadata={"help": "Words of each document shown (ALCE passages: 100)."})
@@ -124,7 +129,8 @@ class QAEvalConfig:
         return QAConfig(top_k=system.k, phrases=system.phrases, markers=system.markers, document_words=self.document_words,
                         max_phrases=self.max_phrases, max_new_tokens=self.max_new_tokens,
                         agreement_top_k=self.agreement_top_k, phrase_max_uses=self.phrase_max_uses,
-                        no_repeat_ngram_size=self.no_repeat_ngram_size, context_tokens=system.context_tokens)
+                        no_repeat_ngram_size=self.no_repeat_ngram_size, context_tokens=system.context_tokens,
+                        phrase_bias=system.phrase_bias)
 
 
 #: settings that change what is generated: a run resumes only under the same ones
@@ -233,13 +239,14 @@ def generate_answers(config: QAEvalConfig) -> tuple[list[dict], list[dict], dict
 
 
 def answer_item(qa, config: QAEvalConfig, item: dict, systems: list[QASystem], documents: dict[str, list[dict]]) -> list[dict]:
-    """One record per system; systems seeing the same documents are answered in one batch, duplicates once."""
+    """One record per system; systems seeing the same documents with the same phrase bias are answered in one batch,
+    duplicates once."""
     import torch
 
     start = time.perf_counter()
     groups: dict[tuple, list[QASystem]] = {}
     for s in systems:
-        groups.setdefault(tuple(d["id"] for d in documents[s.name]), []).append(s)
+        groups.setdefault((tuple(d["id"] for d in documents[s.name]), s.phrase_bias), []).append(s)
     records = []
     for members in groups.values():
         unique = list(dict.fromkeys((s.phrases, s.markers, s.context_tokens) for s in members))

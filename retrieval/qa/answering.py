@@ -68,8 +68,12 @@ class QAConfig:
     context_tokens: int = field(
         default=4,
         metadata={"help": "A phrase may follow only the last n tokens its body follows in its document "
-                          "(dynvocab.context_gate; 0: off). 4: on 150 FanOutQA questions STR-EM 11.4-12.1% against "
-                          "the bare LM's 11.4% (ungated: 8.0%)."},
+                          "(dynvocab.context_gate; 0: off; the figures per setting are in docs/qa.md)."},
+    )
+    phrase_bias: float = field(
+        default=0.0,
+        metadata={"help": "Added to every phrase score at decoding time, on top of the checkpoint's own calibration "
+                          "(0: none; see docs/qa.md for the figures per bias)."},
     )
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "No token n-gram twice, phrases spelled out (0: off)."})
     stop_at_newline: bool = field(default=True, metadata={"help": "End the answer at its first line break."})
@@ -95,11 +99,13 @@ class QAConfig:
             kwargs["phrase_max_uses"] = self.phrase_max_uses
         if self.no_repeat_ngram_size:
             kwargs["no_repeat_ngram_size"] = self.no_repeat_ngram_size
+        if self.phrase_bias:
+            kwargs["phrase_bias"] = self.phrase_bias
         return kwargs
 
 
 #: settings that must agree for two systems to share one prompt and one batched decode
-SHARED = ("document_words", "max_new_tokens", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size",
+SHARED = ("document_words", "max_new_tokens", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "phrase_bias",
           "stop_at_newline", "max_sentences", "one_shot", "chat_template")
 
 

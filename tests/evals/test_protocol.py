@@ -178,7 +178,13 @@ def test_qa_system_names_take_a_context_gate():
     assert QAEvalConfig().qa_config(system).context_tokens == 4
     assert QAEvalConfig(no_repeat_ngram_size=4).qa_config(system).no_repeat_ngram_size == 4  # every system alike
     assert parse_qa_system("content@3").context_tokens == 0
-    for name, message in {"bare@3:context=4": "no phrases to gate", "ngram:context=x": "MODE"}.items():
+    biased = parse_qa_system("ngram@3:context=4:bias=2.5")
+    assert (biased.context_tokens, biased.phrase_bias) == (4, 2.5)
+    assert QAEvalConfig().qa_config(biased).generation_kwargs()["phrase_bias"] == 2.5
+    assert "phrase_bias" not in QAEvalConfig().qa_config(system).generation_kwargs()  # no bias, no processor
+    assert parse_qa_system("ngram:bias=-1").phrase_bias == -1.0
+    for name, message in {"bare@3:context=4": "no phrases to gate", "ngram:context=x": "MODE",
+                          "bare@3:bias=2": "no phrases to bias", "ngram:bias=2:context=4": "MODE"}.items():
         with pytest.raises(ValueError, match=message):
             parse_qa_system(name)
 
@@ -212,6 +218,27 @@ def test_qa_systems_that_differ_only_by_their_gate_are_answered_apart():
                           systems, {s.name: [{"id": "d"}] for s in systems})
     assert sorted(c.context_tokens for c in asked) == [0, 2, 4]
     assert [r["answer"] for r in records] == ["gate 0", "gate 4", "gate 2"]
+
+
+def test_qa_systems_with_other_phrase_biases_are_decoded_in_separate_batches():
+    from types import SimpleNamespace
+
+    from evals.qa.protocol import QAEvalConfig, answer_item, parse_qa_system
+
+    batches = []
+
+    def answer_many(question, configs, documents):
+        assert len({c.phrase_bias for c in configs}) == 1  # one generate call applies one bias
+        batches.append([(c.context_tokens, c.phrase_bias) for c in configs])
+        return [SimpleNamespace(answer=f"bias {c.phrase_bias}", text="", citations=[], cited=[], documents=[],
+                                steps=1, phrase_steps=0, num_phrases=0, seconds=0.0) for c in configs]
+
+    names = ("ngram@3:context=4", "ngram@3:context=4:bias=2", "content@3:context=4:bias=2")
+    systems = [parse_qa_system(name) for name in names]
+    records = answer_item(SimpleNamespace(answer_many=answer_many), QAEvalConfig(), {"id": "q", "question": "Who?"},
+                          systems, {s.name: [{"id": "d"}] for s in systems})
+    assert sorted(batches) == [[(4, 0.0)], [(4, 2.0), (4, 2.0)]]
+    assert [r["answer"] for r in records] == ["bias 0.0", "bias 2.0", "bias 2.0"]
 
 
 def test_a_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_refused(tmp_path):

@@ -63,6 +63,18 @@ def test_flags_are_typed_from_the_config_fields_under_both_spellings():
     assert (args.max_chars, args.do_sample, args.realtime) == (40, True, False)
 
 
+def test_every_command_prints_its_help(capsys):
+    from dynvocab.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    for name in commands:  # a help string with a bare % breaks argparse's formatting
+        with pytest.raises(SystemExit) as stop:
+            parser.parse_args([name, "--help"])
+        assert stop.value.code == 0, name
+        assert "usage: dynvocab " + name in capsys.readouterr().out
+
+
 def test_cache_states_then_train_from_the_cache(workspace, capsys):
     main(["cache-states", "--model", str(workspace / "lm"), "--data", str(workspace / "train.txt"), "--max-length", "32",
           "--output-dir", str(workspace / "states")])

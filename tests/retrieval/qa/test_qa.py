@@ -145,6 +145,15 @@ def test_a_gated_system_writes_a_phrase_only_after_its_body_context(model):
     assert CitationQA(model).answer_many(QUESTION, [quick(), quick(context_tokens=2)], DOCS)[1].answer == gated.answer
 
 
+def test_a_phrase_bias_shifts_the_balance_and_is_never_mixed_into_one_batch(model):
+    model.scorer = PreferPhrases()  # phrases outscore tokens by 1e4
+    assert CitationQA(model, config=quick())(QUESTION, DOCS).phrase_steps == 6
+    held_back = CitationQA(model, config=quick(phrase_bias=-2e4))(QUESTION, DOCS)
+    assert held_back.phrase_steps == 0 and held_back.num_phrases
+    with pytest.raises(ValueError, match="must agree on phrase_bias"):
+        CitationQA(model).answer_many(QUESTION, [quick(), quick(phrase_bias=-2e4)], DOCS)
+
+
 def test_systems_answered_together_equal_each_answered_alone(model):
     model.scorer = PreferPhrases()
     configs = [quick(phrases="none"), quick(phrases="ngram"), quick(phrases="ngram", markers=False), quick(phrases="content")]
