@@ -1,10 +1,13 @@
-"""DupMAE's retrieval representation: [CLS] projected to ``d'`` dims plus the top-``k`` vocabulary weights.
+"""DupMAE's retrieval representation: [CLS] (or the token mean) projected to ``d'`` dims plus the top-``k`` vocabulary
+weights.
 
-The dense part is ``projection(h_CLS)``, L2-normalised; the sparse part is ``log(1 + relu(max_i head(h_i)))``
-over the ordinary tokens ``i`` (special tokens get weight 0), cut to its ``k`` largest entries and then
-L2-normalised. A query and a document score ``dense . dense + sparse . sparse`` over shared vocabulary ids,
-so each part is a cosine and a score lies in ``[-1, 2]``: raw dot products of unnormalised MLM-head weights
-run into the hundreds and swamp any softmax temperature (the contrastive loss then sits near 900).
+The dense part is ``projection(h_CLS)`` (or of the mean of the token states), L2-normalised; the sparse part is ``log(1 + relu(max_i head(h_i)))``
+over the ordinary tokens ``i`` (special tokens get weight 0), cut to its ``k`` largest entries, L2-normalised
+and scaled by ``sqrt(w)``. A query and a document score ``dense . dense + w * sparse . sparse`` over shared
+vocabulary ids, so each part is a cosine and a score lies in ``[-1, 1 + w]``: raw dot products of unnormalised
+MLM-head weights run into the hundreds and swamp any softmax temperature (the contrastive loss then sits near
+900). The fusion weight ``w`` (``sparse_weight``, 1 in training) is chosen on held-out queries after fine-tuning
+(:mod:`retrieval.training.fusion`).
 Representations: ``cls`` (dense only), ``ot`` (sparse only), ``both`` (CLS:384/OT:384) and
 ``both-260`` (CLS:384/OT:260, the paper's memory-parity setting).
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -52,6 +56,9 @@ class HybridEncoderConfig:
         "help": "what the dense part projects: 'cls' (DupMAE's [CLS]) or 'mean' (the token mean a sentence encoder such "
                 "as MiniLM was trained for; with dense_dim equal to the hidden size the projection starts as the "
                 "identity, so the dense part starts as that encoder)"})
+    sparse_weight: float = field(default=1.0, metadata={
+        "help": "fusion weight w of the sparse part: a score is dense . dense + w * sparse . sparse (each part is a "
+                "cosine); 1 in training, then chosen on held-out queries by finetune-encoder"})
 
     def __post_init__(self) -> None:
         for name, low in (("dense_dim", 1), ("sparse_k", 0), ("max_length", 2)):
@@ -62,12 +69,18 @@ class HybridEncoderConfig:
             raise ValueError("use_dense=False with sparse_k=0 leaves no representation; keep one part")
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"pooling={self.pooling!r}; choose 'cls' or 'mean'")
+        if isinstance(self.sparse_weight, bool) or not isinstance(self.sparse_weight, (int, float)) \
+                or not 0 <= self.sparse_weight < float("inf"):
+            raise ValueError(f"sparse_weight={self.sparse_weight!r} must be a finite number >= 0; 1 weighs the two "
+                             "parts alike, 0 keeps only the dense part")
 
     @property
     def label(self) -> str:
-        """``CLS:384/OT:260`` style name of the representation (``MEAN:384`` for a mean-pooled dense part)."""
+        """``CLS:384/OT:260`` style name of the representation (``MEAN:384`` for a mean-pooled dense part, ``OT:384x0.3``
+        for a sparse part of fusion weight 0.3)."""
         dense = f"{self.pooling.upper()}:{self.dense_dim}"
-        parts = ([dense] if self.use_dense else []) + ([f"OT:{self.sparse_k}"] if self.sparse_k else [])
+        sparse = f"OT:{self.sparse_k}" + ("" if self.sparse_weight == 1 else f"x{self.sparse_weight:g}")
+        parts = ([dense] if self.use_dense else []) + ([sparse] if self.sparse_k else [])
         return "/".join(parts)
 
 
@@ -120,21 +133,23 @@ class HybridEncoder(nn.Module):
                         max_length: int = 256, pooling: str = "cls") -> HybridEncoder:
         """Load a masked LM (a DupMAE or fine-tuned folder, or any BERT-like Hub name) as a hybrid encoder.
 
-        A folder written by :meth:`save_pretrained` brings back its projection, ``dense_dim`` and ``pooling``;
-        otherwise a fresh projection of ``pooling`` is made (the identity when ``dense_dim`` equals the hidden size).
+        A folder written by :meth:`save_pretrained` brings back its projection, ``dense_dim``, ``pooling`` and
+        ``sparse_weight``; otherwise a fresh projection of ``pooling`` is made (the identity when ``dense_dim`` equals
+        the hidden size) and the sparse weight is 1.
         """
         if representation not in REPRESENTATIONS:
             raise ValueError(f"representation={representation!r} is not one of {sorted(REPRESENTATIONS)}")
         model, tokenizer = load_masked_lm(name_or_path)
-        folder, projection = Path(name_or_path), None
+        folder, projection, sparse_weight = Path(name_or_path), None, 1.0
         if (folder / CONFIG_FILE).is_file():
             saved = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
             dense_dim, pooling = saved["dense_dim"], saved.get("pooling", "cls")  # folders saved before pooling: [CLS]
+            sparse_weight = saved.get("sparse_weight", 1.0)
             projection = nn.Linear(model.config.hidden_size, dense_dim, bias=False)
             projection.load_state_dict(load_file(folder / PROJECTION_FILE))
         use_dense, sparse_k = REPRESENTATIONS[representation]
         config = HybridEncoderConfig(name=name_or_path, dense_dim=dense_dim, use_dense=use_dense, sparse_k=sparse_k,
-                                     max_length=max_length, pooling=pooling)
+                                     max_length=max_length, pooling=pooling, sparse_weight=sparse_weight)
         return cls(model, tokenizer, config, projection).eval()
 
     def save_pretrained(self, directory: str | Path) -> None:
@@ -150,9 +165,14 @@ class HybridEncoder(nn.Module):
         if representation not in REPRESENTATIONS:
             raise ValueError(f"representation={representation!r} is not one of {sorted(REPRESENTATIONS)}")
         use_dense, sparse_k = REPRESENTATIONS[representation]
-        other = HybridEncoder(self.model, self.tokenizer, replace(self.config, use_dense=use_dense, sparse_k=sparse_k),
-                              self.projection)
-        return other.train(self.training)
+        return self._with_config(replace(self.config, use_dense=use_dense, sparse_k=sparse_k))
+
+    def with_sparse_weight(self, weight: float) -> HybridEncoder:
+        """The same weights with fusion weight ``weight``: scores become ``dense . dense + weight * sparse . sparse``."""
+        return self._with_config(replace(self.config, sparse_weight=weight))
+
+    def _with_config(self, config: HybridEncoderConfig) -> HybridEncoder:
+        return HybridEncoder(self.model, self.tokenizer, config, self.projection).train(self.training)
 
     @property
     def name(self) -> str:
@@ -175,8 +195,9 @@ class HybridEncoder(nn.Module):
         return f"HybridEncoder(name={self.name!r}, representation={self.config.label!r})"
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(dense (b, d'), vocabulary weights (b, V))``, both unit length; the weights keep only their top
-        ``sparse_k`` entries (all when ``sparse_k`` is 0), so training scores exactly what the index stores."""
+        """``(dense (b, d'), vocabulary weights (b, V))``: the dense part unit length, the weights of length
+        ``sqrt(sparse_weight)``, keeping only their top ``sparse_k`` entries (all when ``sparse_k`` is 0), so training
+        scores exactly what the index stores."""
         hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         dense = F.normalize(self.projection(pool(hidden, attention_mask, self.config.pooling)), dim=-1)
         ordinary = ordinary_tokens(input_ids, attention_mask, self.special_ids)
@@ -187,7 +208,8 @@ class HybridEncoder(nn.Module):
         if 0 < self.config.sparse_k < weights.shape[1]:
             ids, values = top_k_sparse(weights, self.config.sparse_k)
             weights = torch.zeros_like(weights).scatter(1, ids, values)
-        return dense, F.normalize(weights, dim=-1)
+        weights = F.normalize(weights, dim=-1)
+        return dense, weights if self.config.sparse_weight == 1 else weights * math.sqrt(self.config.sparse_weight)
 
     def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
         return self.tokenizer(texts, padding=True, truncation=True, max_length=self.config.max_length,

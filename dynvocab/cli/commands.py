@@ -375,7 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     soup = commands.add_parser("soup-encoders", help="average fine-tuned encoders' weights (a model soup), optionally "
                                "mixed with the encoder they started from (WiSE-FT)")
-    soup.add_argument("--encoders", required=True, help="comma-separated finetune-encoder --encoder dense final folders")
+    soup.add_argument("--encoders", required=True, help="comma-separated finetune-encoder final folders, all dense or all "
+                      "hybrid (a hybrid soup mixes only its body and projection with --base)")
     soup.add_argument("--output", required=True, help="folder of the averaged encoder")
     soup.add_argument("--base", default=None, help="the encoder they were fine-tuned from ('minilm' is the offline asset)")
     soup.add_argument("--base-weight", type=float, default=0.0, help="share of the base's weights, in [0, 1)")

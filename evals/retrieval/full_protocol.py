@@ -9,6 +9,7 @@ computes bf16 natively (``dynvocab.precision``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
@@ -24,7 +25,7 @@ from retrieval.loading import document_encoder, is_hybrid_encoder
 
 from .embedding_cache import cached_vectors, weights_fingerprint
 from .full_corpus import BASELINE, bm25_rankings, compare_with, dense_rankings, full_corpus, hybrid_rankings, \
-    system_scores
+    served_hybrid_latency, system_scores
 from .full_report import write_full_markdown
 from .report import save_report
 
@@ -49,9 +50,10 @@ def _bm25(documents: list[dict], sets: dict[str, list[dict]]) -> tuple[Scores, d
             for name, queries in sets.items()}, {}
 
 
-def _retriever(resolved: str, max_length: int) -> tuple[Callable, Callable, dict, torch.device]:
-    """``(encode(texts, progress), rank(doc vectors, query vectors), identity, device)`` of a dense or hybrid
-    encoder; ``identity`` (kind and settings) is part of the cache key."""
+def _retriever(resolved: str, max_length: int) -> tuple[Callable, Callable, dict, torch.device, Callable | None]:
+    """``(encode(texts, progress), rank(doc vectors, query vectors), identity, device, served)`` of a dense or hybrid
+    encoder; ``identity`` (kind and settings) is part of the cache key; ``served(doc vectors, query vectors)`` times a
+    hybrid's index as served (``None`` for a dense encoder)."""
     if is_hybrid_encoder(resolved):
         from encoders.hybrid import HybridEncoder
 
@@ -62,31 +64,54 @@ def _retriever(resolved: str, max_length: int) -> tuple[Callable, Callable, dict
                 return hybrid.encode(items, show_progress_bar=progress)
 
         return encode_hybrid, partial(hybrid_rankings, vocab_size=hybrid.vocab_size), \
-            {"kind": "hybrid", "config": asdict(hybrid.config)}, hybrid.device
+            {"kind": "hybrid", "config": asdict(hybrid.config)}, hybrid.device, \
+            partial(served_hybrid_latency, vocab_size=hybrid.vocab_size)
     dense = document_encoder(resolved, max_length=max_length)
 
     def encode_dense(items: list[str], progress: bool = False):
         return dense.encode(items, show_progress_bar=progress)
 
-    return encode_dense, dense_rankings, {"kind": "dense", "config": dense.config.to_dict()}, dense.device
+    return encode_dense, dense_rankings, {"kind": "dense", "config": dense.config.to_dict()}, dense.device, None
 
 
 def encoder_scores(path: str, documents: list[dict], sets: dict[str, list[dict]], cache_dir: str | Path,
-                   max_length: int = FULL_MAX_LENGTH) -> tuple[Scores, dict]:
-    """Per-query scores of a dense or hybrid encoder (folder, Hub name or ``"minilm"``) and its costs (encoding
-    seconds and documents/s, index bytes, exact-search ms/query); corpus vectors come from ``cache_dir`` if there."""
+                   max_length: int = FULL_MAX_LENGTH, baseline: Callable | None = None) -> tuple[Scores, dict, Callable]:
+    """Per-query scores of a dense or hybrid encoder (folder, Hub name or ``"minilm"``), its costs (encoding
+    seconds and documents/s, index bytes, exact-search ms/query) and its ``encode(texts, progress)``; corpus vectors
+    come from ``cache_dir`` if there. With ``baseline`` (another encoder's ``encode``) the two encode the first query
+    set's first queries one at a time in turns, and a hybrid's index as served is timed against a flat dense one."""
     resolved = resolve_model(path)
-    encode, rank, identity, device = _retriever(resolved, max_length)
+    encode, rank, identity, device, served = _retriever(resolved, max_length)
     identity["weights"] = weights_fingerprint(resolved)
     docs, cost = cached_vectors(lambda items: encode(items, True), [d["text"] for d in documents], identity, cache_dir)
-    scores, latency = {}, {}
+    scores, latency, extra = {}, {}, {}
     for name, queries in sets.items():
-        ids, latency[name] = rank(docs, encode([q["question"] for q in queries]))
+        found = encode([q["question"] for q in queries])
+        ids, latency[name] = rank(docs, found)
         scores[name] = system_scores(ids, documents, queries)
+        if served is not None and baseline is not None and "served" not in extra:
+            extra["served"] = served(docs, found)
+    if baseline is not None:
+        extra["query_encoding"] = paired_encode_ms(encode, baseline, [q["question"] for q in next(iter(sets.values()))])
     dtype = encode_autocast_dtype("auto", device)
     return scores, {"kind": identity["kind"], "encode_seconds": cost["seconds"], "documents_per_s": cost["documents_per_s"],
                     "cached": cost["cached"], "index_bytes": _index_bytes(docs), "ms_per_query": latency,
-                    "dtype": str(dtype or "float32").removeprefix("torch.")}
+                    "dtype": str(dtype or "float32").removeprefix("torch."), **extra}, encode
+
+
+def paired_encode_ms(encode: Callable, baseline: Callable, queries: list[str], count: int = 64) -> dict[str, float]:
+    """Median ms to encode one query alone with ``encode`` and with ``baseline``, in turns over ``count`` queries."""
+    pairs = []
+    for query in queries[:count]:
+        pair = []
+        for fn in (encode, baseline):
+            start = time.perf_counter()
+            fn([query])
+            pair.append(1e3 * (time.perf_counter() - start))
+        pairs.append(pair)
+    times = np.array(pairs)
+    return {"ms": float(np.median(times[:, 0])), "baseline_ms": float(np.median(times[:, 1])),
+            "ratio": float(np.median(times[:, 0] / times[:, 1]))}
 
 
 def _index_bytes(docs) -> int:
@@ -101,9 +126,10 @@ def evaluate_full_corpus(config: RetrievalEvalConfig, command: str = "") -> Path
     documents, sets = full_corpus(config.full_heldout_queries)
     logger.info("full corpus: %d documents; query sets %s", len(documents), {k: len(v) for k, v in sets.items()})
     cache = Path(config.work_dir) / "embeddings"
-    runs = {"BM25 (bm25s)": _bm25(documents, sets), BASELINE: encoder_scores(BASELINE_ENCODER, documents, sets, cache)}
+    *shipped, baseline = encoder_scores(BASELINE_ENCODER, documents, sets, cache)
+    runs = {"BM25 (bm25s)": _bm25(documents, sets), BASELINE: tuple(shipped)}
     for path in config.encoder_list:
-        runs[path] = encoder_scores(path, documents, sets, cache)
+        runs[path] = encoder_scores(path, documents, sets, cache, baseline=baseline)[:2]
     base = runs[BASELINE][0]
     systems = {name: {query_set: compare_with(base[query_set], scores[query_set], seed=config.bootstrap_seed)
                       for query_set in sets} for name, (scores, _) in runs.items()}

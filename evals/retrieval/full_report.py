@@ -33,6 +33,32 @@ def _costs(record: dict) -> list[str]:
     return lines
 
 
+def _query_latency(record: dict) -> list[str]:
+    """Per system: one query's encoding against MiniLM's (in turns) and, for a hybrid, its index as served against a
+    flat dense index of the same documents (in turns), so the query latency against dense is their product-free sum."""
+    rows = [(name, cost) for name, cost in record["costs"].items() if cost and "query_encoding" in cost]
+    if not rows:
+        return []
+    lines = ["## Query latency", "",
+             f"One query encoded alone, in turns with {BASELINE} (median of 64), and, for a hybrid, its index as "
+             "`dynvocab index` builds it (pruned candidates, exact re-scoring) in turns with a flat inner-product index "
+             "of its dense part over the same documents (median of 7 rounds, each the best of 3 passes over the first "
+             "query set). `query latency vs dense`: (encoding + served search) over (MiniLM's encoding + flat search).",
+             "", "| system | encode ms | MiniLM encode ms | served search ms | flat dense search ms | search vs dense | "
+             "top-10 agreement with exact | query latency vs dense |", "|---|---|---|---|---|---|---|---|"]
+    for name, cost in rows:
+        encoding, served = cost["query_encoding"], cost.get("served")
+        if served is None:
+            lines.append(f"| {name} | {encoding['ms']:.2f} | {encoding['baseline_ms']:.2f} | - | - | - | - | "
+                         f"{encoding['ratio']:.2f}x (encoding) |")
+            continue
+        total = (encoding["ms"] + served["ms_per_query"]) / (encoding["baseline_ms"] + served["dense_ms_per_query"])
+        lines.append(f"| {name} | {encoding['ms']:.2f} | {encoding['baseline_ms']:.2f} | {served['ms_per_query']:.3f} | "
+                     f"{served['dense_ms_per_query']:.3f} | {served['latency_vs_dense']:.2f}x | "
+                     f"{served['top10_agreement']:.3f} | {total:.2f}x |")
+    return [*lines, ""]
+
+
 def write_full_markdown(record: dict, path: Path) -> Path:
     """Write the report and return its path."""
     lines = ["# Retrieval over the full corpus (all offline Wikipedia leads, exact scoring)", "",
@@ -55,7 +81,7 @@ def write_full_markdown(record: dict, path: Path) -> Path:
                          f"{100 * relative['mean']:+.1f}% [{100 * relative['low']:+.1f}%, {100 * relative['high']:+.1f}%]")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["## Costs", "", *_costs(record), "",
+    lines += ["## Costs", "", *_costs(record), "", *_query_latency(record),
               "Timings come from a CPU shared with other jobs; compare them within one run.", "", "## Versions", "",
               ", ".join(f"{k} {v}" for k, v in record["versions"].items()), ""]
     path.write_text("\n".join(lines), encoding="utf-8")

@@ -213,7 +213,7 @@ def _finetuned(config: RetrievalEvalConfig, name: str, model: str, encoder: str,
                                   max_steps=config.finetune_steps, batch_size=config.batch_size, max_length=config.max_length,
                                   learning_rate=3e-5, warmup_steps=max(1, config.finetune_steps // 10),
                                   save_every=config.finetune_steps, mining_documents=config.mining_documents,
-                                  log_every=max(1, config.finetune_steps // 8))
+                                  log_every=max(1, config.finetune_steps // 8), dense_pooling="cls", fusion_queries=0)
         finetune(settings, resume=any(folder.glob("checkpoint-*/trainer_state.json")))
     return folder / EXPORT_DIR
 

@@ -29,22 +29,25 @@ from dynvocab.assets import resolve_model
 from dynvocab.atomic import atomic_directory
 from dynvocab.config import JsonConfig
 from dynvocab.corpora import CORPORA, corpus_split
-from dynvocab.training.loop import LoopSettings, check_loop_settings
+from dynvocab.training.loop import EXPORT_DIR, LoopSettings, check_loop_settings
 from encoders.dense import pool
 from encoders.hybrid import HybridEncoder
 
 from ..index.documents import load_documents
+from .fusion import choose_sparse_weight, held_out_pairs
 from .pairs import Pair, training_pairs
 from .pretraining import step_indices
 from .trainer import EncoderTrainer
 
 __all__ = ["ENCODER_KINDS", "ContrastiveModule", "FinetuneConfig", "finetune", "likely_false_negative", "load_teacher",
-           "score_rows_kl"]
+           "score_rows_kl", "tune_sparse_weight"]
 
 logger = logging.getLogger(__name__)
 
 ENCODER_KINDS = ("hybrid", "dense")
 NEGATIVES_FILE = "hard_negatives"
+#: the fusion weights tried after a hybrid fine-tuning and their held-out MRR@10, written into final/
+FUSION_FILE = "fusion.json"
 
 
 @dataclass
@@ -60,9 +63,9 @@ class FinetuneConfig(LoopSettings, JsonConfig):
     query_max_length: int = field(default=32, metadata={"help": "tokens per query"})
     max_length: int = field(default=128, metadata={"help": "tokens per document"})
     dense_dim: int = field(default=384, metadata={"help": "hybrid: size of the projected dense vector"})
-    dense_pooling: str = field(default="cls", metadata={
-        "help": "hybrid: what the dense part projects: 'cls' (DupMAE's) or 'mean' (the starting sentence encoder's own "
-                "pooling; with dense_dim equal to its hidden size the dense part starts as that encoder)"})
+    dense_pooling: str = field(default="mean", metadata={
+        "help": "hybrid: what the dense part projects: 'mean' (the starting sentence encoder's own pooling; with dense_dim "
+                "equal to its hidden size the dense part starts as that encoder) or 'cls' (DupMAE's [CLS])"})
     temperature: float = field(default=0.05, metadata={"help": "softmax temperature over scores: a cosine (dense) or the sum of the dense and sparse cosines (hybrid)"})
     hard_negatives_from: int = field(default=-1, metadata={"help": "step at which hard negatives are mined; -1: half of max_steps; >= max_steps: never"})
     hard_negative_depth: int = field(default=30, metadata={"help": "negatives are drawn from this many nearest wrong documents"})
@@ -73,6 +76,11 @@ class FinetuneConfig(LoopSettings, JsonConfig):
         "help": "weight of the KL towards a frozen copy of the starting encoder's scores on the same batch (keeps what "
                 "it knows); 0: none. At 1, on the full corpus, it kept half the sub-question gain and a third of the multi-hop "
                 "loss (docs/retrieval-encoders.md)"})
+    fusion_queries: int = field(default=500, metadata={
+        "help": "hybrid: held-out inverse-cloze queries (pairs no step drew) the sparse part's fusion weight is chosen on "
+                "after training; 0: keep the weight at 1"})
+    fusion_documents: int = field(default=4000, metadata={
+        "help": "hybrid: training documents those queries are searched over (their own among them)"})
 
     config_name: ClassVar[str] = "finetune_config.json"
 
@@ -80,7 +88,7 @@ class FinetuneConfig(LoopSettings, JsonConfig):
         if self.encoder not in ENCODER_KINDS:
             raise ValueError(f"encoder={self.encoder!r}; choose one of {ENCODER_KINDS}")
         for name in ("batch_size", "query_max_length", "max_length", "max_steps", "save_every", "log_every",
-                     "dense_dim", "hard_negative_depth", "mining_documents"):
+                     "dense_dim", "hard_negative_depth", "mining_documents", "fusion_documents"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive int")
@@ -88,6 +96,8 @@ class FinetuneConfig(LoopSettings, JsonConfig):
         if isinstance(self.anchor_weight, bool) or not isinstance(self.anchor_weight, (int, float)) \
                 or not self.anchor_weight >= 0:
             raise ValueError(f"anchor_weight={self.anchor_weight!r} must be a number >= 0; 0 turns the anchor off")
+        if isinstance(self.fusion_queries, bool) or not isinstance(self.fusion_queries, int) or self.fusion_queries < 0:
+            raise ValueError(f"fusion_queries={self.fusion_queries!r} must be an int >= 0; 0 keeps the fusion weight at 1")
         if not self.temperature > 0:
             raise ValueError(f"temperature={self.temperature!r} must be > 0; 0.05 suits cosine scores")
         if self.batch_size < 2:
@@ -306,7 +316,31 @@ def finetune(config: FinetuneConfig, resume: bool = False) -> dict[str, float]:
 
     trainer = EncoderTrainer(module, config, config.output_dir, batch_at, lambda m, folder: _export(m, folder, tokenizer),
                              before_step=miner)
-    return trainer.train(resume=resume)
+    last = trainer.train(resume=resume)
+    if config.encoder == "hybrid" and config.fusion_queries:
+        state = PartialState()
+        if state.is_main_process:
+            last["sparse_weight"] = tune_sparse_weight(config, pairs, documents, state.num_processes)
+        state.wait_for_everyone()
+    return last
+
+
+def tune_sparse_weight(config: FinetuneConfig, pairs: list[Pair], documents: list[dict], processes: int = 1) -> float:
+    """Choose the fusion weight of the hybrid in ``output_dir/final`` on pairs no training step drew, save it there
+    (with the MRR@10 of every weight tried in ``fusion.json``) and return it."""
+    final = Path(config.output_dir) / EXPORT_DIR
+    titles = {d.get("title") or d["id"] for d in documents}
+    queries = held_out_pairs(pairs, titles, config.max_steps, config.batch_size, config.seed, processes,
+                             config.fusion_queries)
+    encoder = HybridEncoder.from_pretrained(str(final), max_length=config.max_length)
+    best, table = choose_sparse_weight(encoder, queries, documents, config.fusion_documents, seed=config.seed)
+    corpus = max(len({pair[2] for pair in queries}), min(len(documents), config.fusion_documents))
+    record = {"sparse_weight": best, "rule": "smallest weight within one standard error of the best MRR@10",
+              "mrr@10": {f"{w:g}": m for w, m in table.items()}, "queries": len(queries), "documents": corpus}
+    with atomic_directory(final) as staging:
+        encoder.with_sparse_weight(best).save_pretrained(staging)
+        (staging / FUSION_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+    return best
 
 
 def _teacher_scores(teacher, queries: list[str], texts: list[str], max_length: int) -> torch.Tensor:

@@ -131,10 +131,10 @@ def test_an_encoder_finds_each_document_from_its_own_text_and_reuses_its_cached_
 
     dense, hybrid, documents, sets = tiny_encoders
     for path, kind in ((dense, "dense"), (hybrid, "hybrid")):
-        scores, cost = encoder_scores(path, documents, sets, tmp_path / "cache", max_length=16)
+        scores, cost, _ = encoder_scores(path, documents, sets, tmp_path / "cache", max_length=16)
         assert cost["kind"] == kind and not cost["cached"] and cost["index_bytes"] > 0
         assert scores[FANOUT]["mrr@10"] == [1.0] * 5  # a text's own vector scores highest (cosine 1, or 1 + 1)
-        again, cost = encoder_scores(path, documents, sets, tmp_path / "cache", max_length=16)
+        again, cost, _ = encoder_scores(path, documents, sets, tmp_path / "cache", max_length=16)
         assert cost["cached"] and again == scores
 
 
@@ -152,6 +152,10 @@ def test_the_full_evaluation_writes_a_report_against_the_baseline(tiny_encoders,
     assert record["systems"][BASELINE][FANOUT]["mrr@10"] == {"mean": 1.0, "difference": 0.0, "low": 0.0, "high": 0.0}
     text = report.read_text()
     assert "dynvocab eval-retrieval --encoders x" in text and f"| {BASELINE} | 1.0000 |" in text
+    served, encoding = record["costs"][hybrid]["served"], record["costs"][hybrid]["query_encoding"]
+    assert served["top10_agreement"] == 1.0  # five documents: every one is a candidate, so pruning changes nothing
+    assert served["ms_per_query"] > 0 and served["dense_ms_per_query"] > 0 and encoding["baseline_ms"] > 0
+    assert "## Query latency" in text and f"| {hybrid} |" in text.split("## Query latency")[1]
 
 
 def test_the_full_mode_refuses_a_corpus_it_has_no_queries_for():

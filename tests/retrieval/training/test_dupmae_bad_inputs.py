@@ -8,6 +8,7 @@ from encoders.hybrid import HybridEncoder, HybridEncoderConfig, HybridVectors
 from evals.retrieval.protocol import RetrievalEvalConfig
 from dynvocab.precision import mixed_precision
 from retrieval.training.finetuning import FinetuneConfig
+from retrieval.training.fusion import choose_sparse_weight
 from retrieval.index.hybrid import HybridIndex
 from retrieval.training.pairs import training_pairs
 from retrieval.training.pretraining import PretrainConfig
@@ -63,6 +64,9 @@ CASES = [
     (lambda e, i: FinetuneConfig(batch_size=1), ValueError, "leaves no in-batch negatives"),
     (lambda e, i: FinetuneConfig(temperature=0.0), ValueError, "temperature=0.0 must be > 0"),
     (lambda e, i: FinetuneConfig(anchor_weight=-0.5), ValueError, "anchor_weight=-0.5 must be a number >= 0"),
+    (lambda e, i: FinetuneConfig(fusion_queries=-1), ValueError, "fusion_queries=-1 must be an int >= 0; 0 keeps"),
+    (lambda e, i: FinetuneConfig(fusion_documents=0), ValueError, "fusion_documents=0 must be a positive int"),
+    (lambda e, i: choose_sparse_weight(e, [], []), ValueError, "no held-out queries to choose the fusion weight on"),
     (lambda e, i: mixed_precision("fp8"), ValueError, "mixed_precision='fp8'"),
     (lambda e, i: training_pairs(["just a string"]), TypeError, "documents must be a list of"),
     (lambda e, i: RetrievalEvalConfig(corpus="msmarco"), ValueError, "corpus='msmarco'; choose"),
