@@ -4,13 +4,16 @@
 set -euo pipefail
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 source .venv/bin/activate
+# (as run, the call was tune_sparse_weight(config, pairs, documents), which found the held-out pairs itself; it now
+# takes them from held_out_fusion_pairs, the same pairs)
 python - <<'PY'
-from retrieval.training.finetuning import FinetuneConfig, _documents, tune_sparse_weight
+from retrieval.training.finetuning import FinetuneConfig, _documents, held_out_fusion_pairs, tune_sparse_weight
 from retrieval.training.pairs import training_pairs
 for seed in (0, 1, 2):
     config = FinetuneConfig.load(f"runs/r34/hybrid-mean-seed{seed}")
     documents = _documents(config)
-    print(seed, "fusion weight", tune_sparse_weight(config, training_pairs(documents, seed=config.seed), documents), flush=True)
+    pairs = held_out_fusion_pairs(config, training_pairs(documents, seed=config.seed), documents)
+    print(seed, "fusion weight", tune_sparse_weight(config, pairs, documents), flush=True)
 PY
 seeds=runs/r34/hybrid-mean-seed0/final,runs/r34/hybrid-mean-seed1/final,runs/r34/hybrid-mean-seed2/final
 dynvocab soup-encoders --encoders $seeds --output runs/r34/hybrid-soup

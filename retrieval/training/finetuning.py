@@ -40,7 +40,7 @@ from .pretraining import step_indices
 from .trainer import EncoderTrainer
 
 __all__ = ["ENCODER_KINDS", "ContrastiveModule", "FinetuneConfig", "finetune", "likely_false_negative", "load_teacher",
-           "score_rows_kl", "tune_sparse_weight"]
+           "held_out_fusion_pairs", "score_rows_kl", "tune_sparse_weight"]
 
 logger = logging.getLogger(__name__)
 
@@ -314,24 +314,35 @@ def finetune(config: FinetuneConfig, resume: bool = False) -> dict[str, float]:
             batch["teacher"] = _teacher_scores(teacher, [p[0] for p in chosen], texts, config.max_length)
         return batch
 
+    fusion = held_out_fusion_pairs(config, pairs, documents) if config.encoder == "hybrid" and config.fusion_queries else []
     trainer = EncoderTrainer(module, config, config.output_dir, batch_at, lambda m, folder: _export(m, folder, tokenizer),
                              before_step=miner)
     last = trainer.train(resume=resume)
-    if config.encoder == "hybrid" and config.fusion_queries:
+    if fusion:
         state = PartialState()
         if state.is_main_process:
-            last["sparse_weight"] = tune_sparse_weight(config, pairs, documents, state.num_processes)
+            last["sparse_weight"] = tune_sparse_weight(config, fusion, documents)
         state.wait_for_everyone()
     return last
 
 
-def tune_sparse_weight(config: FinetuneConfig, pairs: list[Pair], documents: list[dict], processes: int = 1) -> float:
-    """Choose the fusion weight of the hybrid in ``output_dir/final`` on pairs no training step drew, save it there
-    (with the MRR@10 of every weight tried in ``fusion.json``) and return it."""
-    final = Path(config.output_dir) / EXPORT_DIR
+def held_out_fusion_pairs(config: FinetuneConfig, pairs: list[Pair], documents: list[dict]) -> list[Pair]:
+    """The held-out pairs the fusion weight will be chosen on, found before training so a run that would have none
+    fails at once instead of after its last step."""
     titles = {d.get("title") or d["id"] for d in documents}
-    queries = held_out_pairs(pairs, titles, config.max_steps, config.batch_size, config.seed, processes,
-                             config.fusion_queries)
+    queries = held_out_pairs(pairs, titles, config.max_steps, config.batch_size, config.seed,
+                             PartialState().num_processes, config.fusion_queries)
+    if not queries:
+        raise ValueError(f"max_steps={config.max_steps} x batch_size={config.batch_size} draws every one of the "
+                         f"{len(pairs)} training pairs, leaving none to choose the hybrid's fusion weight on; train "
+                         "fewer steps, or pass --fusion_queries 0 to keep the weight at 1")
+    return queries
+
+
+def tune_sparse_weight(config: FinetuneConfig, queries: list[Pair], documents: list[dict]) -> float:
+    """Choose the fusion weight of the hybrid in ``output_dir/final`` on held-out ``queries`` (pairs no training step
+    drew), save it there (with the MRR@10 of every weight tried in ``fusion.json``) and return it."""
+    final = Path(config.output_dir) / EXPORT_DIR
     encoder = HybridEncoder.from_pretrained(str(final), max_length=config.max_length)
     best, table = choose_sparse_weight(encoder, queries, documents, config.fusion_documents, seed=config.seed)
     corpus = max(len({pair[2] for pair in queries}), min(len(documents), config.fusion_documents))

@@ -87,3 +87,17 @@ def test_hybrid_finetuning_chooses_the_fusion_weight_on_held_out_pairs_and_saves
     finetune(unchanged)
     assert HybridEncoder.from_pretrained(str(tmp_path / "plain" / "final")).config.sparse_weight == 1.0
     assert not (tmp_path / "plain" / "final" / FUSION_FILE).exists()
+
+
+def test_a_hybrid_fine_tuning_that_would_leave_no_held_out_pairs_fails_before_training(tmp_path):
+    from retrieval.training.finetuning import FinetuneConfig, finetune
+
+    data = tmp_path / "corpus.jsonl"
+    data.write_text("".join(json.dumps({"text": f"The {w} sat on the mat. The {w} ran in the water. The {w} is here."})
+                            + "\n" for w in ["cat", "dog", "paris", "bank"]))
+    config = FinetuneConfig(model=str(save_tiny_mlm(tmp_path / "tiny")), encoder="hybrid", data=str(data), dense_dim=16,
+                            output_dir=str(tmp_path / "out"), batch_size=4, max_steps=3, save_every=3, warmup_steps=1,
+                            max_length=32)
+    with pytest.raises(ValueError, match="leaving none to choose the hybrid's fusion weight on; train fewer steps"):
+        finetune(config)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("checkpoint-*"))
