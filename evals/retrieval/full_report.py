@@ -35,7 +35,8 @@ def _costs(record: dict) -> list[str]:
 
 def _query_latency(record: dict) -> list[str]:
     """Per system: one query's encoding against MiniLM's (in turns) and, for a hybrid, its index as served against a
-    flat dense index of the same documents (in turns), so the query latency against dense is their product-free sum."""
+    flat dense index of the same documents (in turns); a query's latency against dense is encoding plus search over
+    MiniLM's encoding plus flat search."""
     rows = [(name, cost) for name, cost in record["costs"].items() if cost and "query_encoding" in cost]
     if not rows:
         return []

@@ -314,24 +314,26 @@ def finetune(config: FinetuneConfig, resume: bool = False) -> dict[str, float]:
             batch["teacher"] = _teacher_scores(teacher, [p[0] for p in chosen], texts, config.max_length)
         return batch
 
-    fusion = held_out_fusion_pairs(config, pairs, documents) if config.encoder == "hybrid" and config.fusion_queries else []
     trainer = EncoderTrainer(module, config, config.output_dir, batch_at, lambda m, folder: _export(m, folder, tokenizer),
                              before_step=miner)
+    accelerator = trainer.accelerator
+    fusion = held_out_fusion_pairs(config, pairs, documents, accelerator.num_processes) \
+        if config.encoder == "hybrid" and config.fusion_queries else []
     last = trainer.train(resume=resume)
     if fusion:
-        state = PartialState()
-        if state.is_main_process:
+        if accelerator.is_main_process:
             last["sparse_weight"] = tune_sparse_weight(config, fusion, documents)
-        state.wait_for_everyone()
+        accelerator.wait_for_everyone()
     return last
 
 
-def held_out_fusion_pairs(config: FinetuneConfig, pairs: list[Pair], documents: list[dict]) -> list[Pair]:
-    """The held-out pairs the fusion weight will be chosen on, found before training so a run that would have none
-    fails at once instead of after its last step."""
+def held_out_fusion_pairs(config: FinetuneConfig, pairs: list[Pair], documents: list[dict],
+                          processes: int = 1) -> list[Pair]:
+    """The held-out pairs the fusion weight will be chosen on (none drawn by any of ``processes``), found before
+    training so a run that would have none fails at once instead of after its last step."""
     titles = {d.get("title") or d["id"] for d in documents}
-    queries = held_out_pairs(pairs, titles, config.max_steps, config.batch_size, config.seed,
-                             PartialState().num_processes, config.fusion_queries)
+    queries = held_out_pairs(pairs, titles, config.max_steps, config.batch_size, config.seed, processes,
+                             config.fusion_queries)
     if not queries:
         raise ValueError(f"max_steps={config.max_steps} x batch_size={config.batch_size} draws every one of the "
                          f"{len(pairs)} training pairs, leaving none to choose the hybrid's fusion weight on; train "
