@@ -52,8 +52,8 @@ def _bm25(documents: list[dict], sets: dict[str, list[dict]]) -> tuple[Scores, d
 
 def _retriever(resolved: str, max_length: int) -> tuple[Callable, Callable, dict, torch.device, Callable | None]:
     """``(encode(texts, progress), rank(doc vectors, query vectors), identity, device, served)`` of a dense or hybrid
-    encoder; ``identity`` (kind and settings) is part of the cache key; ``served(doc vectors, query vectors)`` times a
-    hybrid's index as served (``None`` for a dense encoder)."""
+    encoder; ``identity`` (kind and settings) is part of the cache key; ``served(doc vectors, query vectors, exact ids)``
+    times a hybrid's index as served (``None`` for a dense encoder)."""
     if is_hybrid_encoder(resolved):
         from encoders.hybrid import HybridEncoder
 
@@ -90,7 +90,7 @@ def encoder_scores(path: str, documents: list[dict], sets: dict[str, list[dict]]
         ids, latency[name] = rank(docs, found)
         scores[name] = system_scores(ids, documents, queries)
         if served is not None and baseline is not None and "served" not in extra:
-            extra["served"] = served(docs, found)
+            extra["served"] = served(docs, found, ids)
     if baseline is not None:
         extra["query_encoding"] = paired_encode_ms(encode, baseline, [q["question"] for q in next(iter(sets.values()))])
     dtype = encode_autocast_dtype("auto", device)

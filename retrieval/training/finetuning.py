@@ -346,8 +346,7 @@ def tune_sparse_weight(config: FinetuneConfig, queries: list[Pair], documents: l
     drew), save it there (with the MRR@10 of every weight tried in ``fusion.json``) and return it."""
     final = Path(config.output_dir) / EXPORT_DIR
     encoder = HybridEncoder.from_pretrained(str(final), max_length=config.max_length)
-    best, table = choose_sparse_weight(encoder, queries, documents, config.fusion_documents, seed=config.seed)
-    corpus = max(len({pair[2] for pair in queries}), min(len(documents), config.fusion_documents))
+    best, table, corpus = choose_sparse_weight(encoder, queries, documents, config.fusion_documents, seed=config.seed)
     record = {"sparse_weight": best, "rule": "smallest weight within one standard error of the best MRR@10",
               "mrr@10": {f"{w:g}": m for w, m in table.items()}, "queries": len(queries), "documents": corpus}
     with atomic_directory(final) as staging:

@@ -74,8 +74,8 @@ def one_standard_error_choice(reciprocal_ranks: dict[float, np.ndarray]) -> floa
 
 
 def choose_sparse_weight(encoder: HybridEncoder, queries: list[Pair], documents: list[dict], corpus_size: int = 4000,
-                         weights: Sequence[float] = FUSION_WEIGHTS, seed: int = 0) -> tuple[float, dict[float, float]]:
-    """``(chosen w, {w: MRR@10})`` of ``encoder`` (its parts scored at ``w = 1``) on ``queries`` over a corpus of their
+                         weights: Sequence[float] = FUSION_WEIGHTS, seed: int = 0) -> tuple[float, dict[float, float], int]:
+    """``(chosen w, {w: MRR@10}, documents searched)`` of ``encoder`` (its parts scored at ``w = 1``) on ``queries`` over a corpus of their
     own documents (as the pairs give them: the sentence cut out) plus other ``documents`` up to ``corpus_size``; the
     choice follows :func:`one_standard_error_choice`."""
     if not queries:
@@ -98,4 +98,4 @@ def choose_sparse_weight(encoder: HybridEncoder, queries: list[Pair], documents:
     logger.info("fusion weight %.2g (MRR@10 %.4f, the best %.4f, over %d held-out queries and %d documents; %s)", chosen,
                 table[chosen], max(table.values()), len(queries), len(texts),
                 ", ".join(f"w={w:g}: {m:.4f}" for w, m in table.items()))
-    return chosen, table
+    return chosen, table, len(texts)
