@@ -26,7 +26,7 @@ from .phrase_cache import PhraseVectorCache
 from .phrase_store import PhraseVectorStore, encoder_fingerprint
 from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
 from .precision import encode_autocast_dtype
-from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
+from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty, check_no_repeat_scope
 from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
 from .serialization import load, save, tokenizer_fingerprint
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 #: ``generate`` arguments that ``phrase_logits_processors`` turns into phrase-aware logits processors
 PHRASE_PROCESSOR_ARGS = (
-    "no_repeat_ngram_size", "repetition_penalty", "phrase_agreement_top_k", "phrase_max_uses",
+    "no_repeat_ngram_size", "no_repeat_ngram_scope", "repetition_penalty", "phrase_agreement_top_k", "phrase_max_uses",
     "phrase_first_token_mass", "phrase_bias", "phrase_contexts",
 )
 
@@ -492,6 +492,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``num_return_sequences``. Returned ids ``>= V`` are phrases: see ``decode`` and
         ``segments``. ``no_repeat_ngram_size`` and ``repetition_penalty`` count a phrase
         as the tokens it spells (``dynvocab.repetition``), so a phrase cannot loop;
+        ``no_repeat_ngram_scope="new"`` counts only the n-grams this call writes, not the
+        prompt's (an answer may copy its documents, but not repeat itself);
         ``phrase_agreement_top_k=k`` lets a phrase start only with one of the LM's top-k
         tokens (``dynvocab.agreement``); ``phrase_first_token_mass=True`` keeps the LM's
         own next-token distribution and lets phrases share their first token's mass;
@@ -553,7 +555,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         return kwargs
 
     def phrase_logits_processors(
-        self, no_repeat_ngram_size: int | None = None, repetition_penalty: float | None = None,
+        self, no_repeat_ngram_size: int | None = None, no_repeat_ngram_scope: str = "all",
+        repetition_penalty: float | None = None,
         phrase_agreement_top_k: int | None = None, phrase_max_uses: int | None = None,
         phrase_first_token_mass: bool = False, phrase_bias: float = 0.0,
         phrase_contexts: PhraseContexts | Sequence[PhraseContexts | None] | None = None,
@@ -563,6 +566,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``PhraseBias`` comes first, so the guards see biased scores; ``FirstTokenMass`` comes
         last, so it shares out what the guards before it left.
         """
+        check_no_repeat_scope(no_repeat_ngram_scope)
         token_ids, vocab = self.phrase_table.token_ids, self.vocab_size
         processors = [PhraseBias(phrase_bias, vocab)] if phrase_bias else []
         if phrase_contexts is not None:
@@ -572,7 +576,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         if phrase_max_uses:
             processors.append(PhraseMaxUses(phrase_max_uses, vocab))
         if no_repeat_ngram_size:
-            processors.append(PhraseNoRepeatNGram(no_repeat_ngram_size, vocab, token_ids))
+            processors.append(PhraseNoRepeatNGram(no_repeat_ngram_size, vocab, token_ids, no_repeat_ngram_scope))
         if repetition_penalty is not None and repetition_penalty != 1.0:
             processors.append(PhraseRepetitionPenalty(repetition_penalty, vocab, token_ids))
         if phrase_first_token_mass:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import unicodedata
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,9 @@ from .jsonl import iter_jsonl
 #: phrases tokenized per call in ``PhraseTable.validate``: the tokenizer's output for a million
 #: texts at once is garbage of several hundred MB that the allocator then keeps
 VALIDATE_CHUNK = 16384
+#: phrase texts whose token ids a table remembers (least recently used go first), so a request's phrases are
+#: tokenized once whether the pipeline, the context gate or the table asks first (about 10 ms per 2,048)
+TOKEN_MEMO_SIZE = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,7 @@ class PhraseTable:
         self._row_masks: torch.Tensor | None = None  # (rows, width) per-row sets of set_rows; None: all rows share
         self._row_sources: list[dict[str, str | None]] | None = None
         self._shared_ints: dict[int, int] = {}
+        self._token_memo: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self.version = 0  # bumped whenever the phrases or their order change (derived lookups key on it)
         #: objects kept in step with the table (a shortlist scorer), held weakly: told ``phrases_kept(indices)``
         #: and ``vectors_forgotten()``
@@ -162,10 +167,9 @@ class PhraseTable:
     def _tokenized(self, phrases: list[Phrase]) -> list[tuple[Phrase, tuple[int, ...]]]:
         """``validate``'s length checks on one chunk; token ids are shared int objects (a million phrases
         otherwise hold several million separate ints)."""
-        encoded = self.tokenizer([p.text for p in phrases], add_special_tokens=False, return_attention_mask=False)
-        shared, special = self._shared_ints, set(getattr(self.tokenizer, "all_special_ids", ()))
+        special = set(getattr(self.tokenizer, "all_special_ids", ()))
         checked = []
-        for phrase, ids in zip(phrases, encoded["input_ids"]):
+        for phrase, ids in zip(phrases, self.tokenize([p.text for p in phrases])):
             inside = [i for i in ids if i in special]
             if inside:
                 raise ValueError(
@@ -183,8 +187,25 @@ class PhraseTable:
                     f"phrase {phrase.text!r} has {len(ids)} tokens, more than max_phrase_tokens="
                     f"{self.max_phrase_tokens}; shorten it or raise max_phrase_tokens in the config"
                 )
-            checked.append((phrase, tuple(shared.setdefault(i, i) for i in ids)))
+            checked.append((phrase, ids))
         return checked
+
+    def tokenize(self, texts: Sequence[str]) -> list[tuple[int, ...]]:
+        """Token ids of ``texts`` under the LM's tokenizer, no special tokens added; the last ``TOKEN_MEMO_SIZE``
+        texts are remembered, so only texts not seen lately reach the tokenizer."""
+        memo, shared = self._token_memo, self._shared_ints
+        missing = list(dict.fromkeys(text for text in texts if text not in memo))
+        if missing:
+            encoded = self.tokenizer(missing, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+            for text, ids in zip(missing, encoded):
+                memo[text] = tuple(shared.setdefault(i, i) for i in ids)
+        found = []
+        for text in texts:
+            memo.move_to_end(text)
+            found.append(memo[text])
+        while len(memo) > TOKEN_MEMO_SIZE:
+            memo.popitem(last=False)
+        return found
 
     def with_mid_sentence_forms(self, items: Iterable[PhraseLike]) -> list[Phrase]:
         """``items`` plus, for each phrase written without a leading space ("New York City"), the form
@@ -195,7 +216,7 @@ class PhraseTable:
         plain = [p for p in phrases if p.text[:1].isalnum()]
         if not plain:
             return phrases
-        ids = self.tokenizer([p.text for p in plain] + [" " + p.text for p in plain], add_special_tokens=False)["input_ids"]
+        ids = self.tokenize([p.text for p in plain] + [" " + p.text for p in plain])
         spaced = [
             Phrase(" " + p.text, p.source)
             for p, bare, with_space in zip(plain, ids[: len(plain)], ids[len(plain) :])

@@ -18,7 +18,7 @@ from transformers import LogitsProcessor
 
 from .readback import expansion_table
 
-__all__ = ["PhraseMaxUses", "PhraseNoRepeatNGram", "PhraseRepetitionPenalty"]
+__all__ = ["NO_REPEAT_SCOPES", "PhraseMaxUses", "PhraseNoRepeatNGram", "PhraseRepetitionPenalty", "check_no_repeat_scope"]
 
 
 class PhraseMaxUses(LogitsProcessor):
@@ -74,22 +74,33 @@ class _PhraseAware(LogitsProcessor):
         return (windows * weights).sum(-1)
 
 
+#: what ``PhraseNoRepeatNGram`` counts as already written
+NO_REPEAT_SCOPES = ("all", "new")
+
+
 class PhraseNoRepeatNGram(_PhraseAware):
     """``no_repeat_ngram_size`` over the tokens phrases spell: no id may complete an n-gram the row already has.
 
     A token is banned as usual; a phrase is banned when any n-gram that its tokens would
     end (with the row's last ``n - 1`` tokens before it) is already in the row.
+    ``scope="all"`` counts the prompt's n-grams too (``transformers``' rule); ``scope="new"``
+    counts only what this ``generate`` call writes (the columns after those of its first
+    call), so an answer may copy its documents from the prompt but never repeat itself.
     """
 
-    def __init__(self, ngram_size: int, vocab_size: int, phrase_token_ids: list[tuple[int, ...]]) -> None:
+    def __init__(self, ngram_size: int, vocab_size: int, phrase_token_ids: list[tuple[int, ...]], scope: str = "all") -> None:
         if not isinstance(ngram_size, int) or ngram_size < 1:
             raise ValueError(f"no_repeat_ngram_size must be a positive int, got {ngram_size!r}")
+        check_no_repeat_scope(scope)
         super().__init__(vocab_size, phrase_token_ids)
-        self.n = ngram_size
+        self.n, self.scope = ngram_size, scope
+        self._prompt_width: int | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._prompt_width is None:
+            self._prompt_width = input_ids.shape[1] if self.scope == "new" else 0
         banned = torch.zeros(scores.shape, dtype=torch.bool)
-        for row, ids in enumerate(input_ids):
+        for row, ids in enumerate(input_ids[:, self._prompt_width :]):
             tokens = self.tokens_of(ids)
             if len(tokens) + 1 < self.n:
                 continue
@@ -151,6 +162,15 @@ class PhraseRepetitionPenalty(_PhraseAware):
         hit = hit.to(scores.device)
         penalised = torch.where(scores > 0, scores / self.penalty, scores * self.penalty)
         return torch.where(hit, penalised, scores)
+
+
+def check_no_repeat_scope(scope: object) -> None:
+    """Refuse a ``no_repeat_ngram_scope`` other than ``NO_REPEAT_SCOPES``, naming the choices."""
+    if scope not in NO_REPEAT_SCOPES:
+        raise ValueError(
+            f"no_repeat_ngram_scope={scope!r}; choose 'all' (the prompt's n-grams count too, transformers' rule) or "
+            "'new' (only the n-grams generate writes count, so the text may copy the prompt)"
+        )
 
 
 def _contains(sorted_seen: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from .mauve import (
 from .perplexity import PerplexityResult, perplexity, perplexity_from_logprobs, token_logprobs
 from .qa.metrics import exact_match, normalize_answer, qa_scores, rouge_l, str_em, token_f1
 from .retrieval.ranking import hits_at_k, mrr_at_k, ndcg_at_k, ranking_metrics, recall_at_k
-from .repetition import RepetitionResult, diversity, ngram_counts, rep_n
+from .repetition import RepetitionResult, diversity, loops, ngram_counts, rep_n
 
 __all__ = [
     "CompressionResult",
@@ -42,6 +42,7 @@ __all__ = [
     "gpt2_large_features",
     "hf_entailment",
     "hits_at_k",
+    "loops",
     "mauve_score",
     "minilm_features",
     "mrr_at_k",

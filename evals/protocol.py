@@ -50,6 +50,11 @@ class EvalConfig:
                           f":key=value settings from {sorted(OPTIONS)}, e.g. dynamic@256:readback=vector."},
     )
     num_prompts: int = field(default=200, metadata={"help": "Held-out documents used as prompts."})
+    skip_prompts: int = field(
+        default=0,
+        metadata={"help": "Held-out prompts passed over first: 200 gives development prompts after the 200 reported "
+                          "ones, to choose settings on."},
+    )
     prefix_tokens: int = field(default=32, metadata={"help": "Prompt length in LM tokens."})
     continuation_tokens: int = field(default=128, metadata={"help": "Reference length in LM tokens; every system generates to its number of characters."})
     decoding: str = field(default="greedy", metadata={"help": "'greedy' or 'nucleus'."})
@@ -105,6 +110,7 @@ class EvalConfig:
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):
             raise ValueError(f"mauve_featurizer={self.mauve_featurizer!r}; choose 'minilm', 'lm' or 'gpt2-large'")
         check_at_least(self, 1, ("num_prompts", "prefix_tokens", "continuation_tokens", "mauve_seeds", "batch_size", "top_k_docs"))
+        check_at_least(self, 0, ("skip_prompts",))
         if not 0.0 < self.top_p <= 1.0 or self.repetition_penalty <= 0:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1] and repetition_penalty={self.repetition_penalty} > 0")
         if self.latency_prompts < 0:
@@ -124,15 +130,19 @@ class EvalConfig:
 
 
 def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
-    """``{"id", "prompt", "reference"}`` from held-out documents long enough for both parts."""
+    """``{"id", "prompt", "reference"}`` from held-out documents long enough for both parts, after the first
+    ``config.skip_prompts`` of them."""
     from dynvocab.corpora import corpus_split
 
-    prompts = []
+    prompts, skip = [], config.skip_prompts
     for lead in corpus_split(config.data)[1]:
         ids = tokenizer(lead["text"], add_special_tokens=False).input_ids
         if len(ids) >= config.prefix_tokens + config.continuation_tokens:
             prompt = tokenizer.decode(ids[: config.prefix_tokens])
             reference = tokenizer.decode(ids[config.prefix_tokens : config.prefix_tokens + config.continuation_tokens])
+            if skip:
+                skip -= 1
+                continue
             prompts.append({"id": lead["id"], "prompt": prompt, "reference": reference})
         if len(prompts) == config.num_prompts:
             break
@@ -452,11 +462,11 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
                        "readback", "encode_dtype", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses",
-                       "verify_top_k", "first_token_mass", "context_tokens",
+                       "verify_top_k", "first_token_mass", "context_tokens", "skip_prompts",
                        "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens")
 
 #: how runs that predate a setting generated: the encoder ran in float32, and phrases took mass from any token
-SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False, "context_tokens": 0}
+SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False, "context_tokens": 0, "skip_prompts": 0}
 
 
 def check_resumable(config: EvalConfig) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -104,3 +106,18 @@ def diversity(
     reps = [rep_n(token_lists, n, average=average, simctg_exact=simctg_exact) for n in (2, 3, 4)]
     div = math.prod(1.0 - rep / 100.0 for rep in reps)
     return RepetitionResult(rep2=reps[0], rep3=reps[1], rep4=reps[2], diversity=div)
+
+
+def loops(text_or_tokens: str | Sequence[Hashable], n: int = 4, times: int = 3) -> bool:
+    """Whether one text loops: some n-gram of its words occurs at least ``times`` times.
+
+    A text's words are its runs of word characters, lowercased ("Earth," and "earth" match);
+    a token list is used as is. The QA report's loop count: "is a planet's surface is a
+    planet's surface is a planet's surface" loops at ``n=4, times=3``; an answer that names
+    its subject twice does not.
+    """
+    if n < 1 or times < 2:
+        raise ValueError(f"loops needs n >= 1 and times >= 2, got n={n!r}, times={times!r}")
+    tokens = re.findall(r"\w+", text_or_tokens.lower()) if isinstance(text_or_tokens, str) else list(text_or_tokens)
+    counts = Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+    return any(count >= times for count in counts.values())

@@ -297,7 +297,8 @@ def write_report(results: dict, config, command: str, systems: dict | None = Non
     text = (
         f"# Evaluation: {config.model}, {config.decoding} decoding\n\n"
         f"Command: `{command}`\n\n"
-        f"{next(iter(results.values()))['prompts']} held-out {config.data} documents, prefix {config.prefix_tokens} tokens, reference "
+        f"{next(iter(results.values()))['prompts']} held-out {config.data} documents"
+        f"{f' (development prompts: the first {config.skip_prompts} passed over)' if config.skip_prompts else ''}, prefix {config.prefix_tokens} tokens, reference "
         f"{config.continuation_tokens} tokens; every system generates to the reference's number of characters (one budget "
         f"for all, so the text metrics compare equal lengths and steps/seq measures compression). "
         f"Phrases come from the top-{config.top_k_docs} documents retrieved from `{config.index or config.data}`. "

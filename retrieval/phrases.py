@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import accumulate
 from typing import Any, Literal, NamedTuple
 
@@ -133,12 +133,15 @@ def extract_phrases(
     return list(map(Phrase, [keys[p] for p in ranked], [first_source[p] for p in ranked]))
 
 
-def tokenized_phrases(phrases: Sequence[Phrase], tokenizer: Any, max_tokens: int) -> list[tuple[Phrase, tuple[int, ...]]]:
+def tokenized_phrases(phrases: Sequence[Phrase], tokenizer: Any, max_tokens: int,
+                      tokenize: Callable[[list[str]], Sequence[Sequence[int]]] | None = None) -> list[tuple[Phrase, tuple[int, ...]]]:
     """The ``phrases`` a phrase table takes, with their token ids: 2 to ``max_tokens`` tokens and no special token
-    (a phrase's text may re-tokenize longer than the n-gram it was cut as)."""
+    (a phrase's text may re-tokenize longer than the n-gram it was cut as). ``tokenize`` (texts -> token ids, such as
+    the table's remembering ``PhraseTable.tokenize``) replaces the tokenizer's own call."""
     if not phrases:
         return []
-    encoded = tokenizer([p.text for p in phrases], add_special_tokens=False)["input_ids"]
+    texts = [p.text for p in phrases]
+    encoded = tokenize(texts) if tokenize is not None else tokenizer(texts, add_special_tokens=False)["input_ids"]
     special = set(tokenizer.all_special_ids)
     return [(p, tuple(ids)) for p, ids in zip(phrases, encoded) if 2 <= len(ids) <= max_tokens and special.isdisjoint(ids)]
 

@@ -28,10 +28,12 @@ logger = logging.getLogger(__name__)
 
 #: what ``None`` means for the settings whose best value depends on the decoding, by measurement on 200
 #: held-out Wikipedia leads (README, "Benchmarks"): greedy text keeps to phrases the LM ranks in its top 3;
-#: sampled text keeps the LM's own next-token distribution and lets phrases carry on what it starts.
+#: sampled text keeps the LM's own next-token distribution and lets phrases carry on what it starts, with the
+#: phrase bias chosen for the shipped encoder on development leads (results/nucleus-dev/; greedy's stays 0 for
+#: the reason in results/wikipedia-greedy-bias2/).
 DECODING_DEFAULTS = {
     "greedy": {"agreement_top_k": 3, "first_token_mass": False, "phrase_bias": 0.0},
-    "sampling": {"agreement_top_k": 0, "first_token_mass": True, "phrase_bias": 4.0},
+    "sampling": {"agreement_top_k": 0, "first_token_mass": True, "phrase_bias": 1.5},
 }
 
 
@@ -73,7 +75,7 @@ class PipelineConfig:
     )
     phrase_bias: float | None = field(
         default=None,
-        metadata={"help": "Added to every phrase score at decoding time (None: 0 greedy, +4 sampling)."},
+        metadata={"help": "Added to every phrase score at decoding time (None: 0 greedy, +1.5 sampling)."},
     )
     verify_top_k: int = field(
         default=0,
@@ -205,7 +207,8 @@ class PhrasePipeline:
             documents, self.model.tokenizer, unit=c.unit, min_length=c.min_length, max_length=c.max_length,
             min_count=c.min_count, max_phrases=c.max_phrases + c.max_phrases // 8 + 8, edges=c.edges, ranking=c.ranking,
         )
-        kept = tokenized_phrases(found, self.model.tokenizer, self.model.phrase_table.max_phrase_tokens)
+        table = self.model.phrase_table  # its tokenize remembers the ids for set_phrases and the context gate
+        kept = tokenized_phrases(found, self.model.tokenizer, table.max_phrase_tokens, table.tokenize)
         return [phrase for phrase, _ in kept][: c.max_phrases]
 
     def phrase_contexts(self, documents: list[dict], phrases: Sequence[Phrase]) -> dict | None:
@@ -216,8 +219,7 @@ class PhrasePipeline:
             return None
         if not phrases:
             return {}
-        token_ids = [tuple(ids) for ids in tokenizer([p.text for p in phrases], add_special_tokens=False).input_ids]
-        return document_contexts(documents, tokenizer, token_ids, n)
+        return document_contexts(documents, tokenizer, self.model.phrase_table.tokenize([p.text for p in phrases]), n)
 
     @torch.no_grad()
     def __call__(self, prompt: str) -> PipelineResult:

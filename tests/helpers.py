@@ -91,3 +91,15 @@ def count_encoded(model) -> list[int]:
 
     model.phrase_encoder.encode_ids = spy
     return calls
+
+
+def count_tokenized(tokenizer, monkeypatch) -> list[str]:
+    """Spy on ``tokenizer``'s calls until the test ends: the returned list gets every text it is asked to tokenize."""
+    texts, call = [], type(tokenizer).__call__
+
+    def spy(self, text, *args, **kwargs):
+        texts.extend([text] if isinstance(text, str) else text)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", spy)
+    return texts

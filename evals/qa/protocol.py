@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
+from dynvocab.repetition import check_no_repeat_scope
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,10 @@ class QAEvalConfig:
     max_new_tokens: int = field(default=48, metadata={"help": "Decoding steps per answer at most (greedy)."})
     agreement_top_k: int = field(default=3, metadata={"help": "A phrase may start only with one of the LM's top-k tokens (0: off)."})
     phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase at most this often per answer (0: no limit)."})
-    no_repeat_ngram_size: int = field(default=0, metadata={"help": "Every system, the bare LM too: no token n-gram twice, phrases spelled out (0: off)."})
+    no_repeat_ngram_size: int = field(
+        default=4, metadata={"help": "Every system, the bare LM too: no token n-gram twice, phrases spelled out (0: off)."})
+    no_repeat_ngram_scope: str = field(
+        default="new", metadata={"help": "'new': only the answer's own n-grams count (it may copy the documents); 'all': the prompt's too."})
     encode_dtype: str = field(default="auto", metadata={"help": "Phrase encoder compute dtype: 'auto', 'float32', 'bfloat16' or 'float16'."})
     nli_model: str | None = field(default=None, metadata={"help": "HF NLI classifier (name or path) for ALCE citation recall/precision; none: skipped."})
     output_dir: str = field(default="runs/qa", metadata={"help": "generations.jsonl, results.json and report.md."})
@@ -116,6 +120,7 @@ class QAEvalConfig:
         if self.data != "fanoutqa" and any(s.oracle for s in parsed):
             raise ValueError("+oracle systems need evidence pages, which only --data fanoutqa has; drop them for ASQA")
         check_encode_dtype(self.encode_dtype)
+        check_no_repeat_scope(self.no_repeat_ngram_scope)
         check_at_least(self, 0, ("num_questions", "max_phrases", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size"))
         check_at_least(self, 1, ("document_words", "max_new_tokens"))
 
@@ -129,15 +134,17 @@ class QAEvalConfig:
         return QAConfig(top_k=system.k, phrases=system.phrases, markers=system.markers, document_words=self.document_words,
                         max_phrases=self.max_phrases, max_new_tokens=self.max_new_tokens,
                         agreement_top_k=self.agreement_top_k, phrase_max_uses=self.phrase_max_uses,
-                        no_repeat_ngram_size=self.no_repeat_ngram_size, context_tokens=system.context_tokens,
+                        no_repeat_ngram_size=self.no_repeat_ngram_size, no_repeat_ngram_scope=self.no_repeat_ngram_scope,
+                        context_tokens=system.context_tokens,
                         phrase_bias=system.phrase_bias)
 
 
 #: settings that change what is generated: a run resumes only under the same ones
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "index", "encoder", "document_words", "max_phrases",
-                       "max_new_tokens", "agreement_top_k", "phrase_max_uses", "encode_dtype", "no_repeat_ngram_size")
+                       "max_new_tokens", "agreement_top_k", "phrase_max_uses", "encode_dtype", "no_repeat_ngram_size",
+                       "no_repeat_ngram_scope")
 #: what runs recorded before a setting existed generated with
-SETTINGS_BEFORE_THEY_EXISTED = {"no_repeat_ngram_size": 0}
+SETTINGS_BEFORE_THEY_EXISTED = {"no_repeat_ngram_size": 0, "no_repeat_ngram_scope": "all"}
 
 
 def check_resumable(config: QAEvalConfig) -> None:
@@ -146,13 +153,19 @@ def check_resumable(config: QAEvalConfig) -> None:
     path = out / "qa_config.json"
     if path.exists():
         before = json.loads(path.read_text())
-        before = {k: before.get(k, SETTINGS_BEFORE_THEY_EXISTED.get(k, "(none)")) for k in GENERATION_SETTINGS}
-        changed = [f"{k}={before[k]!r}" for k in GENERATION_SETTINGS if before[k] != getattr(config, k)]
+        before = _generation_settings({k: before.get(k, SETTINGS_BEFORE_THEY_EXISTED.get(k, "(none)")) for k in GENERATION_SETTINGS})
+        now = _generation_settings({k: getattr(config, k) for k in GENERATION_SETTINGS})
+        changed = [f"{k}={before[k]!r}" for k in GENERATION_SETTINGS if before[k] != now[k]]
         if changed:
             raise ValueError(f"{out} holds answers made with other settings ({', '.join(changed)}); "
                              "use another --output-dir, or pass the same settings to resume")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(config), indent=2) + "\n")
+
+
+def _generation_settings(settings: dict) -> dict:
+    """``settings`` with the n-gram rule's scope dropped where no rule runs (it changes no answer there)."""
+    return settings | {"no_repeat_ngram_scope": None} if not settings["no_repeat_ngram_size"] else settings
 
 
 def load_items(config: QAEvalConfig) -> list[dict]:

@@ -15,6 +15,7 @@ from .citations import alce_citation_scores, answer_support, evidence_citations,
 from .protocol import QAEvalConfig, parse_qa_system
 from .metrics import qa_scores
 from ..report import environment
+from ..repetition import loops
 
 #: the issue's targets, checked on every system with phrases
 TARGETS = {"answer_support_precision": 0.60, "correct_citation": 0.30, "exact_provenance_phrase": 1.0}
@@ -73,6 +74,7 @@ def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalCo
         "correct_citation": correct / n,
         "evidence_page_precision": on_evidence / evidence_cited if evidence_cited else float("nan"),
         "answers_with_citation": answered_with_citation / n,
+        "looping_answers": sum(loops(strip_markers(r["answer"])) for r in records),
         "citations_per_answer": sum(len(r["citations"]) for r in records) / n,
         "phrase_citations": provenance["phrase"][1], "model_citations": provenance["model"][1],
         "exact_provenance_phrase": provenance["phrase"][0] / provenance["phrase"][1] if provenance["phrase"][1] else float("nan"),
@@ -100,7 +102,11 @@ def score_all(records: list[dict], item_list: list[dict], pages: dict, config: Q
 
 
 def targets(results: dict, wall_seconds: float) -> list[tuple[str, str, bool | None, str]]:
-    """``(system, target, met, figure)`` rows: the issue's targets for every system with phrases, and the run's time."""
+    """``(system, target, met, figure)`` rows: the issue's targets for every system with phrases, and the run's time.
+
+    Against the bare LM on the same documents: STR-EM and F1 not below it, correct citation
+    above it, and no looping answer.
+    """
     rows = []
     for name, m in results.items():
         system = parse_qa_system(name)
@@ -118,6 +124,12 @@ def targets(results: dict, wall_seconds: float) -> list[tuple[str, str, bool | N
                 met = value >= floor - 1e-12
                 gap = "" if met else f", {100 * (floor - value):.1f} points below"
                 rows.append((name, f"{key.upper().replace('_', '-')} not below {bare}", met, f"{_pct(value)} vs {_pct(floor)}{gap}"))
+            value, floor = m["correct_citation"], results[bare]["correct_citation"]
+            rows.append((name, f"correct citation above {bare}", value > floor + 1e-12,
+                         f"{_pct(value)} vs {_pct(floor)} ({_questions(value - floor, m['questions'])})"))
+        looping = m["looping_answers"]
+        rows.append((name, "no answer with a loop", looping == 0,
+                     f"{looping} of {m['questions']} answers" + (f" (bare: {results[bare]['looping_answers']})" if bare in results else "")))
     minutes = wall_seconds / 60
     met = wall_seconds <= TIME_TARGET_S
     rows.append(("whole run", "within 45 minutes", met,
@@ -149,6 +161,12 @@ def _threads(summary: dict) -> str:
     threads, unknown = summary["generation_threads"], summary["answers_without_threads"]
     text = f" on {' or '.join(map(str, threads))} torch threads" if threads else ""
     return text + (f" ({unknown} answers made before the thread count was recorded)" if unknown else "")
+
+
+def _questions(share: float, questions: int) -> str:
+    """A difference of shares as questions: ``+1 question``, ``-3 questions``."""
+    count = round(share * questions)
+    return f"{count:+d} question" + ("" if abs(count) == 1 else "s")
 
 
 def _pct(value: float) -> str:
@@ -194,8 +212,8 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
         f"Generation time (all sessions of this run): {summary['generation_seconds'] / 60:.1f} min{_threads(summary)}.", "",
         "## Answers", "",
         "| system | gold in docs | STR-EM | EM | F1 | ROUGE-L | answers citing | cit./answer | answer-support prec. | "
-        "correct citation | evidence-page prec. | exact prov. (phrase / model) | phrase steps | s/answer |",
-        "|" + "---|" * 14,
+        "correct citation | evidence-page prec. | exact prov. (phrase / model) | phrase steps | loops | s/answer |",
+        "|" + "---|" * 15,
     ]
     for name, m in results.items():
         lines.append(
@@ -203,7 +221,7 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
             f"{_pct(m['answers_with_citation'])} | {m['citations_per_answer']:.2f} | {_pct(m['answer_support_precision'])} | "
             f"{_pct(m['correct_citation'])} | {_pct(m['evidence_page_precision'])} | {_pct(m['exact_provenance_phrase'])} ({m['phrase_citations']}) / "
             f"{_pct(m['exact_provenance_model'])} ({m['model_citations']}) | {_pct(m['phrase_share'])} | "
-            f"{m['seconds_per_answer']:.2f} |"
+            f"{m['looping_answers']} | {m['seconds_per_answer']:.2f} |"
         )
     lines += ["", "## ALCE citation recall and precision", ""]
     if any("citation_recall" in m for m in results.values()):
@@ -221,7 +239,8 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
               "populations often differ); answer-support precision is the share of cited documents (each once per answer) that contain a gold answer; "
               "correct citation is the share of answers citing at least one such document; evidence-page precision is "
               "the share of cited documents that are the page FanOutQA names as holding the answer (no answer string "
-              "needed; a measure beside the targets, not one of them); exact provenance is the share "
+              "needed; a measure beside the targets, not one of them); loops counts answers in which a word 4-gram (lowercased, punctuation dropped) "
+              "occurs three times or more (markers removed); exact provenance is the share "
               "of citations whose span is verbatim in the document cited (phrase: placed from an emitted phrase; model: "
               "written by the model, its span the text since the previous marker or sentence start).", ""]
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase
 from dynvocab.config import check_at_least, check_field_types
+from dynvocab.repetition import check_no_repeat_scope
 
 from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
 from ..phrases import document_contexts, extract_phrases
@@ -75,7 +76,13 @@ class QAConfig:
         metadata={"help": "Added to every phrase score at decoding time, on top of the checkpoint's own calibration "
                           "(0: none; see docs/qa.md for the figures per bias)."},
     )
-    no_repeat_ngram_size: int = field(default=0, metadata={"help": "No token n-gram twice, phrases spelled out (0: off)."})
+    no_repeat_ngram_size: int = field(
+        default=4, metadata={"help": "No token n-gram twice, phrases spelled out (0: off; docs/qa.md has the figures)."})
+    no_repeat_ngram_scope: str = field(
+        default="new",
+        metadata={"help": "Which n-grams no_repeat_ngram_size counts: 'new' (the answer's own, so it may copy the "
+                          "documents) or 'all' (the prompt's too)."},
+    )
     stop_at_newline: bool = field(default=True, metadata={"help": "End the answer at its first line break."})
     max_sentences: int = field(default=1, metadata={"help": "End the answer after this many sentences (0: no limit)."})
     one_shot: bool = field(default=True, metadata={"help": "Show one worked example before the question."})
@@ -88,6 +95,7 @@ class QAConfig:
                                  "context_tokens"))
         if self.phrases not in PHRASE_MODES:
             raise ValueError(f"QAConfig.phrases={self.phrases!r}; choose one of {', '.join(PHRASE_MODES)}")
+        check_no_repeat_scope(self.no_repeat_ngram_scope)
         if self.chat_template not in ("auto", "never"):
             raise ValueError(f"QAConfig.chat_template={self.chat_template!r}; choose 'auto' or 'never'")
 
@@ -98,14 +106,15 @@ class QAConfig:
         if self.phrase_max_uses:
             kwargs["phrase_max_uses"] = self.phrase_max_uses
         if self.no_repeat_ngram_size:
-            kwargs["no_repeat_ngram_size"] = self.no_repeat_ngram_size
+            kwargs |= {"no_repeat_ngram_size": self.no_repeat_ngram_size, "no_repeat_ngram_scope": self.no_repeat_ngram_scope}
         if self.phrase_bias:
             kwargs["phrase_bias"] = self.phrase_bias
         return kwargs
 
 
 #: settings that must agree for two systems to share one prompt and one batched decode
-SHARED = ("document_words", "max_new_tokens", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "phrase_bias",
+SHARED = ("document_words", "max_new_tokens", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size",
+          "no_repeat_ngram_scope", "phrase_bias",
           "stop_at_newline", "max_sentences", "one_shot", "chat_template")
 
 

@@ -101,6 +101,20 @@ def test_generate_uses_phrase_aware_processors(llama, tokenizer):
     assert guarded.count(model.vocab_size) == 1
 
 
+def test_generate_guards_only_the_new_text_when_asked(llama, tokenizer):
+    from dynvocab import DynamicVocabLM
+
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.set_phrases([" of the United States"])
+    model.scorer = PhrasesAlwaysWin()
+    ids = tokenizer("Hello of the United States", return_tensors="pt").input_ids  # the prompt already says the phrase
+    everything = model.generate(ids, max_new_tokens=3, do_sample=False, no_repeat_ngram_size=3)[0, ids.shape[1] :].tolist()
+    new = model.generate(ids, max_new_tokens=3, do_sample=False, no_repeat_ngram_size=3,
+                         no_repeat_ngram_scope="new")[0, ids.shape[1] :].tolist()
+    assert model.vocab_size not in everything  # its text would repeat the prompt's 3-grams
+    assert new[0] == model.vocab_size and new.count(model.vocab_size) == 1  # once, then the answer's own 3-grams ban it
+
+
 def test_generate_emits_a_phrase_at_most_max_uses_times(llama, tokenizer):
     from dynvocab import DynamicVocabLM
 
@@ -112,3 +126,34 @@ def test_generate_emits_a_phrase_at_most_max_uses_times(llama, tokenizer):
     phrases = [i for i in out if i >= model.vocab_size]
     assert len(phrases) == 4 and all(phrases.count(i) == 2 for i in set(phrases))
     assert all(i < model.vocab_size for i in out[4:])  # every phrase used up: tokens only from there
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_repeat_over_new_ids_counts_only_what_generate_wrote(n):
+    """scope="new": the columns of the first call are the prompt; n-grams there stay allowed, the new ones are not."""
+    generator = torch.Generator().manual_seed(10 + n)
+    prompt = torch.randint(0, V + len(PHRASES), (2, 6), generator=generator)
+    processor = PhraseNoRepeatNGram(n, V, PHRASES, scope="new")
+    processor(prompt, torch.zeros(2, V + len(PHRASES)))  # the first step sees the prompt alone: nothing written yet
+    ids = prompt
+    for _ in range(6):
+        ids = torch.cat([ids, torch.randint(0, V + len(PHRASES), (2, 1), generator=generator)], 1)
+        out = processor(ids, torch.zeros(2, V + len(PHRASES)))
+        for row in range(2):
+            banned = set(torch.isinf(out[row]).nonzero().flatten().tolist())
+            assert banned == _brute_force_banned(ids[row, prompt.shape[1] :].tolist(), n)
+
+
+def test_no_repeat_over_new_ids_lets_the_text_copy_its_prompt():
+    prompt = torch.tensor([[1, 2, 3, 5]])
+    written = torch.tensor([[1, 2, 3, 5, 1, 2]])
+    everything, new = PhraseNoRepeatNGram(3, V, PHRASES), PhraseNoRepeatNGram(3, V, PHRASES, scope="new")
+    for processor in (everything, new):
+        processor(prompt, torch.zeros(1, V + len(PHRASES)))
+    assert torch.isinf(everything(written, torch.zeros(1, V + len(PHRASES)))[0, 3])  # "1 2 3" is in the prompt
+    assert not torch.isinf(new(written, torch.zeros(1, V + len(PHRASES)))).any()
+
+
+def test_an_unknown_no_repeat_scope_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="'all'.*'new'"):
+        PhraseNoRepeatNGram(3, V, PHRASES, scope="answer")

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from dynvocab import DynamicVocabLM, Phrase
+from tests.helpers import count_tokenized
 
 
 @pytest.fixture
@@ -82,3 +83,18 @@ def test_validation_in_chunks_matches_one_call_and_shares_token_ints(model, monk
     york = model.tokenizer(" York", add_special_tokens=False).input_ids[0]
     occurrences = [i for _, ids in chunked for i in ids if i == york]
     assert len(occurrences) >= 2 and all(i is occurrences[0] for i in occurrences)  # one int object, not one each
+
+
+def test_the_table_tokenizes_a_text_once_and_remembers_a_bounded_number(model, monkeypatch):
+    import dynvocab.phrase_table as phrase_table
+
+    table = model.phrase_table
+    expected = [tuple(model.tokenizer(t, add_special_tokens=False).input_ids) for t in (" New York City", " of the")]
+    asked = count_tokenized(model.tokenizer, monkeypatch)
+    assert table.tokenize([" New York City", " of the", " New York City"]) == [expected[0], expected[1], expected[0]]
+    model.set_phrases([" New York City", " of the"], mid_sentence_forms=False)
+    assert asked == [" New York City", " of the"]  # set_phrases found both remembered
+    monkeypatch.setattr(phrase_table, "TOKEN_MEMO_SIZE", 2)
+    table.tokenize([" the river", " New York City"])  # " of the" is now the least recently used: forgotten
+    table.tokenize([" of the", " New York City"])
+    assert asked == [" New York City", " of the", " the river", " of the"]

@@ -196,9 +196,9 @@ def test_a_qa_run_recorded_before_no_repeat_existed_resumes_only_without_it(tmp_
 
     old = {k: v for k, v in vars(QAEvalConfig(output_dir=str(tmp_path))).items() if k != "no_repeat_ngram_size"}
     (tmp_path / "qa_config.json").write_text(json.dumps(old))
-    check_resumable(QAEvalConfig(output_dir=str(tmp_path)))
+    check_resumable(QAEvalConfig(output_dir=str(tmp_path), no_repeat_ngram_size=0))
     with pytest.raises(ValueError, match="no_repeat_ngram_size=0"):
-        check_resumable(QAEvalConfig(output_dir=str(tmp_path), no_repeat_ngram_size=4))
+        check_resumable(QAEvalConfig(output_dir=str(tmp_path)))
 
 
 def test_qa_systems_that_differ_only_by_their_gate_are_answered_apart():
@@ -329,3 +329,33 @@ def test_the_phrase_count_plot_leaves_out_systems_with_other_settings(tmp_path):
     assert not plot_phrase_counts(results, tmp_path / "a.png")  # one plain phrase count: nothing to plot
     results["dynamic@256"] = row | {"phrases_per_prompt": 256}
     assert plot_phrase_counts(results, tmp_path / "b.png") and (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_a_qa_run_resumes_across_the_ngram_scope_only_where_no_ngram_rule_runs(tmp_path):
+    import json
+
+    from evals.qa.protocol import QAEvalConfig, check_resumable
+
+    config = QAEvalConfig(output_dir=str(tmp_path), no_repeat_ngram_size=0)
+    old = {k: v for k, v in vars(config).items() if k != "no_repeat_ngram_scope"}
+    (tmp_path / "qa_config.json").write_text(json.dumps(old))
+    check_resumable(config)  # no rule ran: the scope changed nothing
+    (tmp_path / "qa_config.json").write_text(json.dumps(old | {"no_repeat_ngram_size": 4}))
+    with pytest.raises(ValueError, match="no_repeat_ngram_scope='all'"):  # made before the scope existed: over the prompt too
+        check_resumable(QAEvalConfig(output_dir=str(tmp_path), no_repeat_ngram_size=4))
+    check_resumable(QAEvalConfig(output_dir=str(tmp_path), no_repeat_ngram_size=4, no_repeat_ngram_scope="all"))
+
+
+def test_development_prompts_follow_the_reported_ones(_gpt2_tokenizer, tmp_path):
+    from evals.protocol import EvalConfig, check_resumable, held_out_prompts
+
+    config = EvalConfig(num_prompts=6, prefix_tokens=8, continuation_tokens=16, output_dir=str(tmp_path))
+    reported = held_out_prompts(_gpt2_tokenizer, config)
+    config.num_prompts, config.skip_prompts = 3, 4
+    assert held_out_prompts(_gpt2_tokenizer, config) == reported[4:] + held_out_prompts(
+        _gpt2_tokenizer, EvalConfig(num_prompts=7, prefix_tokens=8, continuation_tokens=16))[6:]
+    check_resumable(EvalConfig(output_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="skip_prompts=0"):  # a run's folder holds one set of prompts
+        check_resumable(EvalConfig(output_dir=str(tmp_path), skip_prompts=200))
+    with pytest.raises(ValueError, match="skip_prompts"):
+        EvalConfig(skip_prompts=-1)

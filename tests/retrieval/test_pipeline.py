@@ -229,3 +229,15 @@ def test_a_prompt_without_text_is_refused_at_the_door(pipeline, call, error, fra
 def test_phrases_with_special_tokens_are_left_out_of_the_candidates(pipeline):
     documents = [{"id": "odd", "text": "The river runs <|endoftext|> past the old mill and the old mill stands."}]
     assert all("<|endoftext|>" not in p.text for p in pipeline.candidates(documents))
+
+
+def test_a_requests_phrases_are_tokenized_once(pipeline, monkeypatch):
+    """The candidates' length check, the context gate and set_phrases share the table's remembered token ids."""
+    from tests.helpers import count_tokenized
+
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=2, agreement_top_k=0, context_tokens=2)
+    asked = count_tokenized(pipeline.model.tokenizer, monkeypatch)
+    result = pipeline("The Hudson River flows")
+    phrases = [p.text for p in pipeline.model.phrases]
+    assert result.num_phrases and phrases
+    assert all(asked.count(text) == 1 for text in phrases)

@@ -42,6 +42,9 @@ CASES = [
     ("eval an unknown system", ["eval", "--systems", "bare,psychic"], "psychic"),
     ("eval an unknown system option", ["eval", "--systems", "dynamic:readback=bytes"], "readback"),
     ("eval no systems", ["eval", "--systems", ""], "names no system"),
+    ("eval development prompts below 0", ["eval", "--skip_prompts", "-1"], "skip_prompts"),
+    ("eval-qa an unknown n-gram scope", ["eval-qa", "--no_repeat_ngram_scope", "answer"], "choose 'all'"),
+    ("qa an unknown n-gram scope", ["qa", "--question", "Why?", "--no_repeat_ngram_scope", "answer"], "choose 'all'"),
     ("demo zero prompts", ["demo", "--prompts", "0"], "must be >= 1"),
 ]
 

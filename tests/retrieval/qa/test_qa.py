@@ -163,6 +163,16 @@ def test_systems_answered_together_equal_each_answered_alone(model):
     assert together[0].num_phrases == 0 and all(r.num_phrases for r in together[1:])
 
 
+def test_an_answer_guarded_against_its_own_ngrams_may_still_copy_the_documents(model):
+    """Phrases are cut from the documents the prompt shows: the prompt-wide n-gram rule bans those whose tokens the prompt
+    holds as they are, the answer-only one lets them be written."""
+    model.scorer = PreferPhrases()
+    guard = {"no_repeat_ngram_size": 2, "markers": False}
+    everything = CitationQA(model, config=quick(no_repeat_ngram_scope="all", **guard))(QUESTION, DOCS)
+    answer = CitationQA(model, config=quick(no_repeat_ngram_scope="new", **guard))(QUESTION, DOCS)
+    assert answer.phrase_steps == 6 and everything.phrase_steps < 3
+
+
 def test_retrieved_documents_and_the_prefix_cache(model, tokenizer):
     from retrieval import DocumentIndex
     from tests.helpers import HashEncoder
@@ -200,7 +210,8 @@ def test_the_answer_ends_at_its_first_line_break(model, tokenizer):
 @pytest.mark.parametrize(
     ("settings", "fragment"),
     [({"top_k": 0}, "top_k=0"), ({"phrases": "parsed"}, "phrases='parsed'"), ({"document_words": 0}, "document_words"),
-     ({"chat_template": "always"}, "chat_template"), ({"max_phrases": -1}, "max_phrases")],
+     ({"chat_template": "always"}, "chat_template"), ({"max_phrases": -1}, "max_phrases"),
+     ({"no_repeat_ngram_scope": "answer"}, "no_repeat_ngram_scope='answer'")],
 )
 def test_bad_settings_are_refused(settings, fragment):
     with pytest.raises(ValueError, match=fragment):
