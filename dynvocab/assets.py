@@ -21,6 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = [
+    "DEFAULT_RETRIEVER",
+    "ENCODER_HELP",
     "MODEL_ALIASES",
     "PACKAGES",
     "assets_dir",
@@ -29,6 +31,7 @@ __all__ = [
     "gpt2_tokenizer_dir",
     "license_texts",
     "minilm_dir",
+    "minilm_wikipedia_dir",
     "resolve_model",
     "smollm2_dir",
     "wikipedia_leads",
@@ -160,8 +163,19 @@ def fanoutqa_dev() -> list[dict]:
     return json.loads((_package_dir("fanoutqa") / "data" / "fanout-final-dev.json").read_text(encoding="utf-8"))
 
 
+def minilm_wikipedia_dir() -> Path:
+    """The default retriever: MiniLM fine-tuned on the Wikipedia leads, shipped as a LoRA adapter on MiniLM
+    (``dynvocab extract-adapter``; how it was made: ``results/retrieval-default/README.md`` in the repository)."""
+    return Path(__file__).resolve().parent / "checkpoints" / "minilm-wikipedia"
+
+
+#: the document encoder indexes and retrieval use unless told otherwise (``"minilm"``: MiniLM as shipped)
+DEFAULT_RETRIEVER = "minilm-wikipedia"
+#: how the command line and configs describe their --encoder
+ENCODER_HELP = ("the index's document encoder: 'minilm-wikipedia' (the default: MiniLM fine-tuned on the Wikipedia "
+                "leads), 'minilm' (MiniLM as shipped), a Hub name, or a folder (an encoder or an extract-adapter output)")
 #: short names the command line accepts for the offline models
-MODEL_ALIASES = {"smollm2": smollm2_dir, "minilm": minilm_dir}
+MODEL_ALIASES = {"smollm2": smollm2_dir, "minilm": minilm_dir, "minilm-wikipedia": minilm_wikipedia_dir}
 
 
 def resolve_model(name_or_path: str) -> str:

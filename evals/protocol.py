@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from dynvocab.assets import DEFAULT_RETRIEVER, ENCODER_HELP
 from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
 from dynvocab.loading import SHIPPED_ENCODER, SHIPPED_MWT
@@ -42,7 +43,7 @@ class EvalConfig:
     model: str = field(default="smollm2", metadata={"help": "Causal LM name or path ('smollm2' is the offline asset)."})
     checkpoint: str | None = field(default=None, metadata={"help": "Trained phrase encoder; default: the shipped one."})
     index: str | None = field(default=None, metadata={"help": "Document index dir; default: an index of --data's training part."})
-    encoder: str = field(default="minilm", metadata={"help": "The index's document encoder (name or path)."})
+    encoder: str = field(default=DEFAULT_RETRIEVER, metadata={"help": ENCODER_HELP})
     mwt_checkpoint: str | None = field(default=None, metadata={"help": "MWT baseline from `dynvocab train-mwt`; default: the shipped one."})
     systems: str = field(
         default="bare,dynamic,dynamic-no-phrases,mwt",
@@ -234,7 +235,7 @@ class Generators:
                 self._index = DocumentIndex.load(path, encoder=encoder)
                 refuse_held_out(self._index.documents, self.config.data, path)
             else:
-                self._index = demo_index(Path(".cache/demo"), self.config.data)
+                self._index = demo_index(Path(".cache/demo"), self.config.data, name)
         return self._index
 
     def settings(self) -> dict[str, dict]:

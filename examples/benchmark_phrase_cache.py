@@ -8,7 +8,7 @@ prompts from the training split, then each copy plugs in the phrases of the held
 turn for each prompt, so a busy machine slows all alike. Prints the median and mean encode time per prompt, the
 ratios to no reuse (target: at most 0.10), the hit rates on the held-out prompts and the memory of each.
 
-    python -m dynvocab phrase-vectors --index .cache/demo/wikipedia-index
+    python -m dynvocab phrase-vectors --index .cache/demo/wikipedia-index-minilm-wikipedia   # the default retriever's index
     python examples/benchmark_phrase_cache.py --warmup-prompts 100 --num-prompts 200 --output results/phrase-cache/figures.json
 """
 

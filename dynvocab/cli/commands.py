@@ -1,5 +1,5 @@
 """The ``dynvocab`` command line: train, cache-states, train-mwt, index, generate, eval, demo, pretrain-encoder,
-finetune-encoder, soup-encoders, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa, serve, phrase-vectors."""
+finetune-encoder, soup-encoders, extract-adapter, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa, serve, phrase-vectors."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import json
 import logging
 import sys
 from pathlib import Path
+
+from ..assets import DEFAULT_RETRIEVER, ENCODER_HELP
 
 logger = logging.getLogger("dynvocab")
 
@@ -163,6 +165,13 @@ def cmd_soup_encoders(args: argparse.Namespace) -> None:
     print(json.dumps({"soup": str(output), "encoders": encoders, "base": args.base, "base_weight": args.base_weight}))
 
 
+def cmd_extract_adapter(args: argparse.Namespace) -> None:
+    from retrieval.training.adapter import extract_adapter
+
+    report = extract_adapter(args.encoder, args.output, base=args.base, rank=args.rank)
+    print(json.dumps({"adapter": args.output, **{k: v for k, v in report.items() if k != "relative_errors"}}))
+
+
 def cmd_eval_retrieval(args: argparse.Namespace) -> None:
     from evals.retrieval.protocol import RetrievalEvalConfig, evaluate_retrieval
 
@@ -209,7 +218,7 @@ def cmd_qa(args: argparse.Namespace) -> None:
 
         from ..loading import SHIPPED_ENCODER, load_dynamic_lm
 
-        index = None if documents else leads_index(Path(args.workdir))
+        index = None if documents else leads_index(Path(args.workdir), args.encoder)
         checkpoint = args.checkpoint or (SHIPPED_ENCODER if args.model == "smollm2" and SHIPPED_ENCODER.exists() else None)
         model = load_dynamic_lm(args.model, checkpoint)
     qa = CitationQA(model, index, config)
@@ -260,7 +269,7 @@ def add_phrase_vector_arguments(parser: argparse.ArgumentParser, with_index: boo
     defaults = PipelineConfig()
     if with_index:
         parser.add_argument("--index", required=True, help="directory written by `dynvocab index`")
-        parser.add_argument("--encoder", default="minilm", help="the index's document encoder")
+        parser.add_argument("--encoder", default=DEFAULT_RETRIEVER, help=ENCODER_HELP)
     parser.add_argument("--model", default="smollm2", help="causal LM name or path")
     parser.add_argument("--checkpoint", default=None,
                         help="phrase-encoder checkpoint (save_pretrained directory); default: the shipped SmolLM2 one")
@@ -323,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     index = commands.add_parser("index", help="encode documents and build a FAISS index")
     index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, 'wikipedia' or 'licenses'")
     index.add_argument("--output", required=True, help="directory of the saved index")
-    index.add_argument("--encoder", default="minilm", help="HF encoder name or path ('minilm' is the offline asset); "
+    index.add_argument("--encoder", default=DEFAULT_RETRIEVER, help=ENCODER_HELP + "; "
                        "a finetune-encoder --encoder hybrid output builds a hybrid (dense + sparse) index")
     index.add_argument("--representation", default="both", choices=["cls", "ot", "both", "both-260"],
                        help="hybrid encoders only: CLS only, OT only, CLS:384/OT:384 or CLS:384/OT:260")
@@ -355,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
     generate.add_argument("--model", default="smollm2", help="causal LM name or path")
     generate.add_argument("--checkpoint", default=None, help="phrase-encoder checkpoint (save_pretrained directory); default: the shipped SmolLM2 one")
-    generate.add_argument("--encoder", default="minilm", help="the index's document encoder")
+    generate.add_argument("--encoder", default=DEFAULT_RETRIEVER, help=ENCODER_HELP)
     generate.set_defaults(func=cmd_generate)
 
     evaluate = commands.add_parser(
@@ -381,6 +390,16 @@ def build_parser() -> argparse.ArgumentParser:
     soup.add_argument("--base", default=None, help="the encoder they were fine-tuned from ('minilm' is the offline asset)")
     soup.add_argument("--base-weight", type=float, default=0.0, help="share of the base's weights, in [0, 1)")
     soup.set_defaults(func=cmd_soup_encoders)
+
+    extract = commands.add_parser("extract-adapter", help="a fine-tuned encoder (or soup) as a small LoRA adapter on the "
+                                  "encoder it started from, for --encoder anywhere")
+    extract.add_argument("--encoder", required=True, help="finetune-encoder or soup-encoders output (dense, or a hybrid "
+                         "with a mean-pooled identity projection)")
+    extract.add_argument("--output", required=True, help="folder of the adapter (peft format)")
+    extract.add_argument("--base", default="minilm", help="the encoder it was fine-tuned from ('minilm': the offline "
+                         "asset, recorded by its Hub name)")
+    extract.add_argument("--rank", type=int, default=32, help="rank kept of each weight's difference")
+    extract.set_defaults(func=cmd_extract_adapter)
 
     eval_retrieval = commands.add_parser("eval-retrieval", dataclass_types=RetrievalEvalConfig,
                                          help="retrievers over all 10,033 leads, exact, with paired intervals against "
@@ -432,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     qa.add_argument("--workdir", default=".cache/demo", help="where the default index is cached")
     qa.add_argument("--model", default="smollm2", help="causal LM name or path (chat/instruct models use their template)")
     qa.add_argument("--checkpoint", default=None, help="phrase-encoder checkpoint; default: the shipped SmolLM2 one")
-    qa.add_argument("--encoder", default="minilm", help="the index's document encoder")
+    qa.add_argument("--encoder", default=DEFAULT_RETRIEVER, help=ENCODER_HELP)
     qa.set_defaults(func=cmd_qa)
 
     eval_qa = commands.add_parser("eval-qa", dataclass_types=QAEvalConfig,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..assets import DEFAULT_RETRIEVER, ENCODER_HELP
 from ..config import check_at_least, check_field_types
 
 #: where ``--api-key`` is read from when the flag is not given
@@ -25,7 +26,7 @@ class ServerConfig:
         metadata={"help": "Corpus served to `retrieve`: 'wikipedia' (the offline leads, indexed once into --workdir), "
                           "a folder written by `dynvocab index`, or 'none'."},
     )
-    encoder: str = field(default="minilm", metadata={"help": "The index's document encoder."})
+    encoder: str = field(default=DEFAULT_RETRIEVER, metadata={"help": ENCODER_HELP})
     workdir: str = field(default=".cache/demo", metadata={"help": "Where the 'wikipedia' index is cached."})
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind; 0.0.0.0 exposes the server to the network."})
     port: int = field(default=8000, metadata={"help": "TCP port (0: any free port)."})

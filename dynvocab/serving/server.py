@@ -51,7 +51,7 @@ def load_corpora(config: ServerConfig) -> dict[str, Any]:
     from retrieval.loading import demo_index, document_encoder
 
     if config.index == "wikipedia":
-        return {"wikipedia": demo_index(Path(config.workdir))}
+        return {"wikipedia": demo_index(Path(config.workdir), encoder=config.encoder)}
     folder = Path(config.index)
     if not (folder / "metadata.json").is_file():
         raise FileNotFoundError(f"--index {config.index!r} is not a folder written by `dynvocab index`; pass such a "

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from dynvocab.assets import DEFAULT_RETRIEVER, ENCODER_HELP
 from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
 from dynvocab.repetition import check_no_repeat_scope
@@ -88,8 +89,8 @@ class QAEvalConfig:
     data: str = field(default="fanoutqa", metadata={"help": "'fanoutqa' (the offline set) or the path of an ALCE ASQA JSON file."})
     model: str = field(default="smollm2", metadata={"help": "Causal LM name or path ('smollm2' is the offline asset)."})
     checkpoint: str | None = field(default=None, metadata={"help": "Trained phrase encoder; default: the shipped one (smollm2)."})
-    index: str | None = field(default=None, metadata={"help": "Document index dir; default: MiniLM + FAISS over every Wikipedia lead."})
-    encoder: str = field(default="minilm", metadata={"help": "The index's document encoder (name or path)."})
+    index: str | None = field(default=None, metadata={"help": "Document index dir; default: --encoder + FAISS over every Wikipedia lead."})
+    encoder: str = field(default=DEFAULT_RETRIEVER, metadata={"help": ENCODER_HELP})
     systems: str = field(
         default=DEFAULT_SYSTEMS,
         metadata={"help": f"Comma-separated MODE[@K][+oracle][:context=N][:bias=B] systems (see the module docs); the diagnostic grid is {DIAGNOSTIC_SYSTEMS}."},
@@ -180,7 +181,7 @@ def load_index(config: QAEvalConfig):
     from retrieval.loading import document_encoder, leads_index
 
     if config.index is None:
-        return leads_index(Path(".cache/demo"))
+        return leads_index(Path(".cache/demo"), config.encoder)
     encoder = document_encoder(config.encoder)
     return DocumentIndex.load(config.index, encoder=encoder)
 
