@@ -63,6 +63,24 @@ def test_load_with_a_different_encoder_raises(tmp_path, encoder, message):
     assert "rebuild the index" in str(error.value)
 
 
+class NearbyEncoder(HashEncoder):
+    """HashEncoder's vectors turned by a fixed small angle: cosine 0.995 to them, as a fine-tuned neighbour gives."""
+
+    def encode(self, texts, **kwargs):
+        vectors = super().encode(texts, **kwargs)
+        turn = np.roll(vectors, 1, axis=1)
+        turn -= (turn * vectors).sum(1, keepdims=True) * vectors  # orthogonal to each vector
+        turn /= np.linalg.norm(turn, axis=1, keepdims=True)
+        return (0.995 * vectors + np.sqrt(1 - 0.995**2) * turn).astype(np.float32)
+
+
+def test_a_close_neighbour_of_the_building_encoder_is_refused(tmp_path):
+    DocumentIndex.build(TEXTS, HashEncoder()).save(tmp_path)
+    with pytest.raises(ValueError, match="cosine 0.995 on a probe text") as error:
+        DocumentIndex.load(tmp_path, encoder=NearbyEncoder(name="fine-tuned-hash"))
+    assert "rebuild the index" in str(error.value)
+
+
 def test_same_weights_under_another_name_are_accepted_with_a_warning(tmp_path, caplog):
     DocumentIndex.build(TEXTS, HashEncoder()).save(tmp_path)
     with caplog.at_level(logging.WARNING, logger="retrieval.index.storage"):
