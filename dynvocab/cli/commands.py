@@ -473,6 +473,20 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, TypeError, FileNotFoundError) as error:  # what the library raises for a user's input
         print(f"dynvocab {args.command}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
+    finally:
+        _leave_process_group()
+
+
+def _leave_process_group() -> None:
+    """Destroy the process group a command joined under ``accelerate launch``, as ``Accelerator.end_training`` does:
+    left to the interpreter's exit, a process could abort after its work was saved ("terminate called without an
+    active exception", seen in the two-process trainer tests)."""
+    if "torch.distributed" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
