@@ -313,15 +313,43 @@ class ShortlistHead(nn.Module):
         probe = min(self.config.probe, self.num_clusters)
         scores = F.linear(queries.clamp(-HALF_MAX, HALF_MAX).to(self.routing.dtype), self.routing)  # (N, m)
         nearest = scores.topk(probe, dim=-1).indices  # (N, k)
-        ids = self.subsets[nearest].flatten(1)  # (N, k * S), mostly padding: subsets are padded to the widest
         if self._disjoint():
-            return _compacted(ids, self.vocab_size).sort(dim=-1).values.long()
+            return self._gathered(nearest).sort(dim=-1).values
+        ids = self.subsets[nearest].flatten(1)  # (N, k * S), mostly padding: subsets are padded to the widest
         ids = torch.cat([ids, self.always.to(ids.device).expand(ids.shape[0], -1)], dim=1).sort(dim=-1).values
         repeated = torch.zeros_like(ids, dtype=torch.bool)
         repeated[:, 1:] = ids[:, 1:] == ids[:, :-1]
         ids = ids.masked_fill(repeated, self.vocab_size).sort(dim=-1).values
         width = max(int((ids < self.vocab_size).sum(dim=-1).max()), 1) if ids.numel() else 1
         return ids[:, :width].long()
+
+    def _gathered(self, nearest: torch.Tensor) -> torch.Tensor:
+        """``(N, k)`` probed clusters -> ``(N, W)`` their members, each row's ids first and ``vocab_size`` after them,
+        ``W`` the most any row has. The members are read from one flat array, cluster after cluster, so a step never
+        touches the padding of the ``(m, S)`` table (at 1e5 phrases 23k padded slots for 4k ids)."""
+        members, starts, counts = self._runs()
+        lengths = counts[nearest].flatten()  # (N * k,)
+        ends = torch.cumsum(lengths, 0)
+        total = int(ends[-1])
+        arange = torch.arange(total, device=nearest.device)
+        ids = members[torch.repeat_interleave(starts[nearest].flatten() - (ends - lengths), lengths, output_size=total)
+                      + arange]
+        totals = lengths.view(nearest.shape).sum(dim=1)  # (N,)
+        rows = torch.repeat_interleave(torch.arange(len(totals), device=nearest.device), totals, output_size=total)
+        cols = arange - torch.repeat_interleave(torch.cumsum(totals, 0) - totals, totals, output_size=total)
+        out = ids.new_full((len(totals), max(int(totals.max()), 1)), self.vocab_size)
+        out[rows, cols] = ids
+        return out
+
+    def _runs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(members, starts, counts)``: every cluster's ids end to end, and where each cluster's run starts and how
+        long it is; made again whenever ``subsets`` is replaced (``add``, ``keep``, a move to another device)."""
+        if getattr(self, "_runs_of", None) is not self.subsets:
+            real = self.subsets < self.vocab_size
+            counts = real.sum(dim=1)
+            self._runs_cache = (self.subsets[real].long(), torch.cumsum(counts, 0) - counts, counts)
+            self._runs_of = self.subsets
+        return self._runs_cache
 
     def _disjoint(self) -> bool:
         """Whether no id can sit in two subsets (members only, no ``always`` ids): the union needs no de-duplication."""
@@ -378,17 +406,6 @@ def _grouped(groups: torch.Tensor, items: torch.Tensor, num_groups: int, sentine
                        dtype=torch.long, device=items.device)
     table[group, torch.arange(key.numel(), device=key.device) - starts[group]] = item
     return table
-
-
-def _compacted(ids: torch.Tensor, pad: int) -> torch.Tensor:
-    """``(N, L)`` ids with ``pad`` among them -> ``(N, W)``, each row's real ids first (in order), ``W`` the most
-    any row has: a scatter, cheaper than sorting the padding away."""
-    real = ids < pad
-    width = max(int(real.sum(dim=-1).max()), 1) if ids.numel() else 1
-    rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(ids)
-    out = ids.new_full((ids.shape[0], width), pad)
-    out[rows[real], (real.cumsum(dim=-1) - 1)[real]] = ids[real]
-    return out
 
 
 def _kmeans_within_groups(data: np.ndarray, keys: np.ndarray, config: ShortlistConfig

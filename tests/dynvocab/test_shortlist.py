@@ -205,3 +205,25 @@ def test_a_grouped_head_saves_and_loads_its_groups(tmp_path):
     again = ShortlistHead.load(tmp_path / "head")
     assert again.grouped and torch.equal(again.cluster_groups, head.cluster_groups)
     assert torch.equal(again.subsets, head.subsets)
+
+
+def test_a_members_only_head_gathers_each_probe_sorted_and_padded_after_add_and_keep_too():
+    """The grouped head's union comes from its members laid end to end (no padded table): rows sorted, each id once,
+    the pad after them, the width the widest row's; rebuilt when add or keep replaces the subsets."""
+    vectors, _ = clustered(num_groups=8, per_group=30)
+    groups = torch.arange(len(vectors)) % 5
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(cluster_size=7, subset_size=0, probe=4), groups)
+    assert head._disjoint()
+
+    def check(queries: torch.Tensor) -> None:
+        ids = head.candidates(queries)
+        widths = [len(brute_candidates(head, q)) for q in queries]
+        assert ids.shape == (len(queries), max(widths)) and len(set(widths)) > 1  # rows of different widths
+        for row, query, width in zip(ids.tolist(), queries, widths):
+            assert row[:width] == sorted(brute_candidates(head, query)) and set(row[width:]) <= {head.vocab_size}
+
+    check(torch.randn(6, 16))
+    head.add(torch.randn(9, 16) * 4, torch.tensor([0, 1, 2, 3, 4, 5, 5, 0, 1]))  # group 5 opens a cluster
+    check(torch.randn(6, 16))
+    head.keep(list(range(0, head.vocab_size, 3)))
+    check(torch.randn(6, 16))
