@@ -23,6 +23,7 @@ from pathlib import Path
 __all__ = [
     "DEFAULT_RETRIEVER",
     "ENCODER_HELP",
+    "HUB_NAMES",
     "MODEL_ALIASES",
     "PACKAGES",
     "assets_dir",
@@ -174,6 +175,8 @@ DEFAULT_RETRIEVER = "minilm-wikipedia"
 #: how the command line and configs describe their --encoder
 ENCODER_HELP = ("the index's document encoder: 'minilm-wikipedia' (the default: MiniLM fine-tuned on the Wikipedia "
                 "leads), 'minilm' (MiniLM as shipped), a Hub name, or a folder (an encoder or an extract-adapter output)")
+#: the Hub names of the offline models that have one: what an adapter made on one records as its base
+HUB_NAMES = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
 #: short names the command line accepts for the offline models
 MODEL_ALIASES = {"smollm2": smollm2_dir, "minilm": minilm_dir, "minilm-wikipedia": minilm_wikipedia_dir}
 

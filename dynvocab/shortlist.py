@@ -124,6 +124,7 @@ class ShortlistHead(nn.Module):
         self.register_buffer("thresholds", thresholds.float().contiguous())
         self.register_buffer("cluster_groups", cluster_groups.long().contiguous())
         self._refresh_routing()
+        self._runs_of: torch.Tensor | None = None  # the subsets that _runs was made from
         #: ids on every query's shortlist (a docid's end id, which no cluster may hold)
         self.register_buffer("always", torch.empty(0, dtype=torch.long), persistent=False)
         self.vocab_size = int(vocab_size)
@@ -344,7 +345,7 @@ class ShortlistHead(nn.Module):
     def _runs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(members, starts, counts)``: every cluster's ids end to end, and where each cluster's run starts and how
         long it is; made again whenever ``subsets`` is replaced (``add``, ``keep``, a move to another device)."""
-        if getattr(self, "_runs_of", None) is not self.subsets:
+        if self._runs_of is not self.subsets:
             real = self.subsets < self.vocab_size
             counts = real.sum(dim=1)
             self._runs_cache = (self.subsets[real].long(), torch.cumsum(counts, 0) - counts, counts)

@@ -139,11 +139,11 @@ def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
     for lead in corpus_split(config.data)[1]:
         ids = tokenizer(lead["text"], add_special_tokens=False).input_ids
         if len(ids) >= config.prefix_tokens + config.continuation_tokens:
-            prompt = tokenizer.decode(ids[: config.prefix_tokens])
-            reference = tokenizer.decode(ids[config.prefix_tokens : config.prefix_tokens + config.continuation_tokens])
             if skip:
                 skip -= 1
                 continue
+            prompt = tokenizer.decode(ids[: config.prefix_tokens])
+            reference = tokenizer.decode(ids[config.prefix_tokens : config.prefix_tokens + config.continuation_tokens])
             prompts.append({"id": lead["id"], "prompt": prompt, "reference": reference})
         if len(prompts) == config.num_prompts:
             break

@@ -8,12 +8,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from dynvocab.assets import DEFAULT_RETRIEVER, resolve_model, wikipedia_leads
+from dynvocab.assets import DEFAULT_RETRIEVER, HUB_NAMES, resolve_model, wikipedia_leads
 from dynvocab.corpora import corpus_split
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from dynvocab.precision import encode_autocast_dtype
 from encoders import DenseEncoder
-from encoders.dense import DEFAULT_ENCODER
 from encoders.low_rank import adapter_base, is_adapter, load_merged
 
 from .index.dense import DocumentIndex
@@ -21,7 +20,7 @@ from .index.dense import DocumentIndex
 __all__ = ["DEFAULT_RETRIEVER", "demo_index", "document_encoder", "is_hybrid_encoder", "leads_index", "load_stack"]
 
 #: Hub names with an offline copy: an adapter made for one loads on the copy when it is installed
-OFFLINE_COPIES = {DEFAULT_ENCODER: "minilm"}
+OFFLINE_COPIES = {hub: alias for alias, hub in HUB_NAMES.items()}
 
 
 def document_encoder(name: str = DEFAULT_RETRIEVER, **settings) -> DenseEncoder:

@@ -15,9 +15,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel
 
-from dynvocab.assets import resolve_model
+from dynvocab.assets import HUB_NAMES, resolve_model
 from dynvocab.atomic import atomic_directory
-from encoders.dense import DEFAULT_ENCODER
 from encoders.hybrid import CONFIG_FILE, PROJECTION_FILE
 from encoders.low_rank import low_rank_adapter
 
@@ -25,8 +24,6 @@ __all__ = ["REPORT_FILE", "extract_adapter", "model_card"]
 
 #: written beside the adapter: the source, the base, the rank and the error each adapted weight keeps
 REPORT_FILE = "low_rank.json"
-#: Hub names of the offline aliases, written into the adapter so it loads anywhere
-HUB_NAMES = {"minilm": DEFAULT_ENCODER}
 
 
 def extract_adapter(encoder: str | Path, output: str | Path, base: str = "minilm", rank: int = 32,

@@ -1,0 +1,101 @@
+"""Where a shortlist decoding step's time goes: the routing matmul warm and after a sweep of memory the size of the
+LM's weights, in float16 and bfloat16, and the scorer alone against the scorer inside ``generate``.
+
+    python experiments/shortlist/step_probes.py --vectors-cache .cache/shortlist/vectors-1e6.safetensors \
+        --output results/shortlist-avx512bf16/step_probes.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from dynvocab import ShortlistConfig, ShortlistScorer
+from dynvocab.assets import wikipedia_leads
+from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+from dynvocab.shortlist_scorer import SCORER_DEFAULTS
+from retrieval import extract_phrases
+
+
+def median_ms(fn, repeats: int, before=None) -> float:
+    times = []
+    for _ in range(repeats):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def routing(clusters: list[int], dim: int = 576) -> dict:
+    """ms of one query against ``m`` centroids, warm and after a 600 MB sweep (as an LM forward leaves the caches)."""
+    sweep = torch.ones(150_000_000)
+    figures = {}
+    for m in clusters:
+        centroids, query = torch.randn(m, dim), torch.randn(1, dim)
+        for dtype in (torch.float16, torch.bfloat16):
+            c, q = centroids.to(dtype), query.to(dtype)
+            figures[f"{m} {str(dtype).removeprefix('torch.')}"] = {
+                "warm_ms": median_ms(lambda: F.linear(q, c), 200),
+                "cold_ms": median_ms(lambda: F.linear(q, c), 30, before=lambda: sweep.mul_(1.0)),
+            }
+    return figures
+
+
+def scorer_in_and_out_of_generate(size: int, cache: str, steps: int = 64) -> dict:
+    """The shortlist scorer's ms per decoding step inside ``generate``, and the same calls replayed alone."""
+    model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
+    model.dynvocab_config.phrase_dtype, model.dynvocab_config.readback = "bfloat16", "vector"
+    pool = extract_phrases(wikipedia_leads(), model.tokenizer, max_phrases=1_000_000)
+    model.phrase_table.add(pool)
+    model.restore_phrase_output_vectors(load_file(cache)["output"].clone())
+    model.set_phrases(pool[:size], mid_sentence_forms=False)
+    scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(**SCORER_DEFAULTS, exact_below=size))
+    model.scorer = scorer
+    prompt = model.tokenizer(wikipedia_leads()[5000]["text"][:200], return_tensors="pt").input_ids[:, :32]
+    model.generate(prompt, max_new_tokens=4, do_sample=False, eos_token_id=None)
+    calls, seconds = [], []
+    forward = type(scorer).forward
+
+    def timed(self, hidden, vectors, mask=None):
+        start = time.perf_counter()
+        out = forward(self, hidden, vectors, mask)
+        seconds.append(time.perf_counter() - start)
+        calls.append(hidden.detach().clone())
+        return out
+
+    type(scorer).forward = timed
+    try:
+        model.generate(prompt, max_new_tokens=steps + 1, do_sample=False, eos_token_id=None)
+    finally:
+        type(scorer).forward = forward
+    decoding = [s for s, h in zip(seconds, calls) if h.shape[1] == 1]
+    vectors = model.phrase_output_vectors()
+    with torch.no_grad():
+        alone = [median_ms(lambda h=h: scorer(h, vectors), 5) for h in calls if h.shape[1] == 1]
+    return {"phrases": size, "in_generate_ms": statistics.median(decoding) * 1e3, "alone_ms": statistics.median(alone)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vectors-cache", required=True, help="benchmark_shortlist.py's phrase vectors")
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    figures = {"routing": routing([10_601, 28_455]), "scorer": scorer_in_and_out_of_generate(args.size, args.vectors_cache)}
+    args.output.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(figures, indent=2))
+    return figures
+
+
+if __name__ == "__main__":
+    main()
