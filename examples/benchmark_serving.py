@@ -6,8 +6,8 @@ of httpx streams, so time to first step is measured on the wire. Held-out Wikipe
 first 32 tokens); each request retrieves its own ``--retrieve`` documents from the served index (the training
 leads) and the phrases are cut from them. Every prompt first runs alone (greedy: the reference answers, and the
 phrase cache is warm after it); then each concurrency level sends all prompts, with phrases and bare. Reports
-requests/s, steps/s, p50/p95 latency, p50 time to first step, 5xx count, answers equal to their lone answer, and the
-503s of the burst.
+requests/s, steps/s, p50/p95 latency, p50 time to first step, 5xx count, answers equal to their lone answer, rows
+decoded together per step (continuous batching), and the 503s of the burst.
 
     nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving
 """
@@ -96,7 +96,7 @@ async def run_level(url: str, bodies: list[dict], concurrency: int) -> tuple[lis
 
 
 def batches(url: str) -> tuple[float, float]:
-    """The server's batch-size histogram so far: (requests in batches, batches)."""
+    """The server's batch-size histogram so far: (rows over all decoding steps, decoding steps)."""
     metrics = dict(line.rsplit(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines() if line[:1] != "#")
     return float(metrics["dynvocab_batch_size_sum"]), float(metrics["dynvocab_batch_size_count"])
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
 def write(folder: Path, result: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
-    rows = ["| run | answered | 5xx | mean batch | req/s | steps/s | p50 s | p95 s | first step p50 s | equal to lone | "
+    rows = ["| run | answered | 5xx | rows per step | req/s | steps/s | p50 s | p95 s | first step p50 s | equal to lone | "
             "retrieve / extract / encode p50 ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in result["levels"].items():
         rows.append(f"| {name} | {s['answered']}/{s['requests']} | {s['5xx']} | {s['mean_batch']:.1f} | {s['requests_per_s']:.2f} | "

@@ -1,19 +1,22 @@
-"""Batching: requests that arrive within the batch wait, and decode alike, go to one ``generate()`` call.
+"""Batching: one worker thread decodes every request in flight together; a request that arrives while others are
+decoding joins them at the next step (``Engine.decode``), one that finishes leaves at once.
 
-One worker thread decodes (the model runs one batch at a time); the event loop gathers the next batch meanwhile.
-The queue is bounded: a request that finds it full is refused with 503 and ``Retry-After``, never left waiting.
+Requests decode together only when their keys match (the same decoding settings); the others wait, oldest first,
+until the running batch has drained. The queue is bounded: a request that finds it full is refused with 503 and
+``Retry-After``, never left waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from .config import ServerConfig
-from .engine import Engine, Job
+from .engine import Completion, Engine, Job
 from .errors import ApiError
 from .metrics import ServerMetrics
 
@@ -21,35 +24,40 @@ logger = logging.getLogger(__name__)
 
 
 class Batcher:
-    """A bounded queue of ``Job`` s and the task that decodes them in batches of one key."""
+    """A bounded queue of ``Job`` s and the worker that decodes them (one thread: the model runs one step at a time)."""
 
     def __init__(self, engine: Engine, config: ServerConfig, metrics: ServerMetrics) -> None:
         self.engine, self.config, self.metrics = engine, config, metrics
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="dynvocab-decode")
-        self.queue: asyncio.Queue[Job] = asyncio.Queue()
-        self.waiting: deque[Job] = deque()  # taken from the queue but of another key: first in line next time
-        self.running: list[Job] = []  # the batch being gathered or decoded
-        self.closing = False
-        self.task: asyncio.Task | None = None
+        self.lock = threading.Lock()  # guards waiting, running and busy: the event loop and the worker share them
+        self.waiting: deque[Job] = deque()
+        self.running: list[Job] = []  # jobs the worker took and has not finished
+        self.busy = False  # the worker is decoding (or about to)
+        self.started = self.closing = False
 
     def __len__(self) -> int:
-        """Requests waiting for a batch."""
-        return self.queue.qsize() + len(self.waiting)
+        """Requests waiting for a row."""
+        return len(self.waiting)
 
     def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._serve())
+        self.started = True
 
     def submit(self, job: Job) -> None:
         """Queue ``job``; ``ApiError`` 503 with ``Retry-After`` when the queue is full or the server is stopping."""
         if self.closing:
             raise ApiError(503, "the server is shutting down; send the request to another replica or retry later",
                            code="shutting_down", kind="server_error", headers={"Retry-After": "5"})
-        if len(self) >= self.config.max_queue:
-            raise ApiError(503, f"the queue is full ({self.config.max_queue} requests waiting, the server's --max-queue); "
-                           "retry after the Retry-After seconds", code="queue_full", kind="server_error",
-                           headers={"Retry-After": "1"})
-        self.queue.put_nowait(job)
+        with self.lock:
+            if len(self.waiting) >= self.config.max_queue:
+                raise ApiError(503, f"the queue is full ({self.config.max_queue} requests waiting, the server's "
+                               "--max-queue); retry after the Retry-After seconds", code="queue_full",
+                               kind="server_error", headers={"Retry-After": "1"})
+            self.waiting.append(job)
+            wake = self.started and not self.busy
+            self.busy = self.busy or wake
         self.metrics.queue_length.set(len(self))
+        if wake:
+            self.executor.submit(self._decode)
 
     async def stop(self) -> None:
         """Refuse new requests, let queued and running ones finish for ``shutdown_timeout`` s, then fail the rest."""
@@ -60,57 +68,53 @@ class Batcher:
         stopped = ApiError(503, f"the server shut down before this request finished (it waits {self.config.shutdown_timeout}"
                            " s, the server's --shutdown-timeout); retry it", code="shutting_down", kind="server_error",
                            headers={"Retry-After": "5"})
-        for job in [*self.waiting, *_drain(self.queue), *self.running]:
+        with self.lock:
+            left, self.waiting, self.running = [*self.waiting, *self.running], deque(), []
+        for job in left:
             job.cancelled.set()  # a running row ends at its next step
             job.on_error(stopped)
-        if self.task is not None:
-            self.task.cancel()
         self.executor.shutdown(wait=False)
 
-    async def _serve(self) -> None:
-        while True:
-            self.running = []
-            batch = [job for job in await self._next_batch() if not job.cancelled.is_set()]
-            self.metrics.queue_length.set(len(self))
-            if batch:
-                await self._decode(batch)
-
-    async def _next_batch(self) -> list[Job]:
-        """The oldest job, and the jobs of its key that are waiting or arrive within ``batch_wait_ms``."""
-        first = self.waiting.popleft() if self.waiting else await self.queue.get()
-        batch, size = [first], self.config.max_batch_size
-        self.running = batch  # gathered jobs count as running: a shutdown waits for them, or fails them
-        for job in [job for job in self.waiting if job.key == first.key][: size - 1]:
-            self.waiting.remove(job)
-            batch.append(job)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.batch_wait_ms / 1e3
-        while len(batch) < size and (left := deadline - loop.time()) > 0:
-            try:
-                job = await asyncio.wait_for(self.queue.get(), left)
-            except asyncio.TimeoutError:
-                break
-            (batch if job.key == first.key else self.waiting).append(job)
-        return batch
-
-    async def _decode(self, batch: list[Job]) -> None:
-        self.running = batch
-        start = time.perf_counter()
+    def _decode(self) -> None:
+        """The worker: decode until no request is left; the first of an idle server waits ``batch_wait_ms`` for others
+        that arrive together (its phrases are prepared meanwhile)."""
         try:
-            completions = await asyncio.get_running_loop().run_in_executor(self.executor, self.engine.run, batch)
+            self.engine.decode(self._take, self._finished, self._stepped, wait=self.config.batch_wait_ms / 1e3)
         except Exception as error:  # a bug, not a request's fault (requests are checked before they queue)
-            logger.exception("a batch of %d failed", len(batch), extra={"request_ids": [j.request_id for j in batch]})
-            for job in batch:
+            with self.lock:
+                failed, self.running, self.busy = self.running, [], False
+            logger.exception("decoding failed", extra={"request_ids": [j.request_id for j in failed]})
+            for job in failed:
                 job.on_error(ApiError(500, f"decoding failed: {type(error).__name__}: {error}", code="internal_error",
                                       kind="server_error"))
-        else:
-            self.metrics.observe_batch(completions, time.perf_counter() - start)
-        finally:
-            self.running = []
+            with self.lock:  # the requests still waiting get a fresh start
+                self.busy = bool(self.waiting)
+            if self.busy:
+                self.executor.submit(self._decode)
+
+    def _take(self, key: tuple | None, room: int) -> list[Job]:
+        """Up to ``room`` waiting jobs of ``key`` (None: the oldest job's key), oldest first; when nothing is running
+        and none waits, the worker stops (under the lock, so a job queued meanwhile wakes a new one)."""
+        with self.lock:
+            self.waiting = deque(job for job in self.waiting if not job.cancelled.is_set())
+            if key is None and self.waiting:
+                key = self.waiting[0].key
+            taken = [job for job in self.waiting if job.key == key][:room]
+            for job in taken:
+                self.waiting.remove(job)
+            self.running += taken
+            if not taken and not self.running:
+                self.busy = False
+        self.metrics.queue_length.set(len(self))
+        return taken
+
+    def _finished(self, job: Job, completion: Completion) -> None:
+        with self.lock:
+            if job in self.running:
+                self.running.remove(job)
+        self.metrics.observe_completion(completion)
+
+    def _stepped(self, rows: int, phrases: int, seconds: float) -> None:
+        self.metrics.observe_step(rows, phrases, seconds)
 
 
-def _drain(queue: asyncio.Queue) -> list[Job]:
-    jobs = []
-    while not queue.empty():
-        jobs.append(queue.get_nowait())
-    return jobs

@@ -30,9 +30,10 @@ class ServerConfig:
     workdir: str = field(default=".cache/demo", metadata={"help": "Where the 'wikipedia' index is cached."})
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind; 0.0.0.0 exposes the server to the network."})
     port: int = field(default=8000, metadata={"help": "TCP port (0: any free port)."})
-    max_batch_size: int = field(default=8, metadata={"help": "Requests decoded together in one generate() call at most."})
+    max_batch_size: int = field(default=8, metadata={"help": "Requests decoded together (rows of one decoding step) at most."})
     batch_wait_ms: float = field(
-        default=10.0, metadata={"help": "How long the first request of a batch waits for others to join it."}
+        default=10.0, metadata={"help": "How long the first request of an idle server waits for others to prefill with "
+                                        "it (its phrases are prepared meanwhile); later ones join at the next step."}
     )
     max_queue: int = field(default=64, metadata={"help": "Requests waiting at most; more are refused with 503 + Retry-After."})
     max_tokens_limit: int = field(default=512, metadata={"help": "Largest max_tokens a request may ask for."})

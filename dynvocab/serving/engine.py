@@ -1,29 +1,34 @@
-"""The model side of the server: check a request against the model, then decode a batch of them in one
-``generate()`` call, each row with its own phrase set (the per-row sets of ``DynamicVocabLM.set_phrases``)."""
+"""The model side of the server: check a request against the model, then decode requests together, each row with
+its own phrase set; a request joins the running batch at the next step and leaves it when it ends
+(``continuous.RunningBatch``)."""
 
 from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import StoppingCriteriaList
 
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
 from retrieval.timing import StageTimer
 
 from ..model import DynamicVocabLM
-from ..padding import pad_id, pad_sequences
+from ..padding import pad_id
 from ..phrase_table import Phrase, PhraseTable
-from ..text import Segment
+from ..text import Segment, segments as phrase_segments
 from .config import ServerConfig
+from .continuous import Admission, RunningBatch
 from .errors import ApiError, invalid
-from .rows import Row, RowTracker, StepListener
+from .rows import Row, StepListener
 from .schemas import PIPELINE_SETTINGS, CompletionRequest, Document
+
+
+#: how often the first request of an empty batch looks for others while it waits
+POLL_SECONDS = 0.001
 
 
 @dataclass
@@ -131,43 +136,106 @@ class Engine:
         return request.readback, tuple(sorted(settings.generation_kwargs().items())), alone
 
     # ------------------------------------------------------------------ decoding, on the worker thread
-    @torch.no_grad()
     def run(self, jobs: list[Job]) -> list[Completion]:
-        """Decode ``jobs`` (one key) in one ``generate()`` call; each job's listener hears its steps as they come."""
-        model, timer = self.model, StageTimer()
+        """Decode ``jobs`` (one key) together, with no other request joining; each job hears its steps and its end."""
+        waiting = list(jobs)
+        completions: dict[int, Completion] = {}
+
+        def take(key: tuple | None, room: int) -> list[Job]:
+            taken, waiting[:] = waiting[:room], waiting[room:]
+            return taken
+
+        self.decode(take, lambda job, completion: completions.__setitem__(id(job), completion))
+        return [completions[id(job)] for job in jobs]
+
+    @torch.no_grad()
+    def decode(self, take: Callable[[tuple | None, int], list[Job]], finished: Callable[[Job, Completion], None],
+               on_step: Callable[[int, int, float], None] | None = None, wait: float = 0.0) -> None:
+        """Decode until ``take`` has nothing more: between steps, ``take(key, room)`` hands over up to ``room`` jobs
+        of the running batch's ``key`` (None when the batch is empty: any key) and they join at once; each job
+        that ends goes to ``finished`` (after its own ``on_done``) and frees its row. ``on_step(rows, phrases,
+        seconds)`` hears every decoding step: its rows, how many wrote a phrase, how long it took. The first jobs
+        of an empty batch wait ``wait`` seconds for others of their key, while their phrases are prepared."""
+        batch, key = None, None
+        while True:
+            room = self.config.max_batch_size - (len(batch) if batch else 0)
+            jobs = take(key, room) if room > 0 else []
+            if not jobs and not batch:
+                return
+            ended = []
+            if not batch:
+                key = jobs[0].key
+                batch = RunningBatch(self.model, jobs[0].settings.generation_kwargs(), jobs[0].request.readback,
+                                     self.eos, pad_id(self.model.tokenizer))
+                admissions = self._gathered(jobs, lambda room: take(key, room), room, time.perf_counter() + wait)
+            else:
+                admissions = self._admissions(jobs) if jobs else []
+            if admissions:
+                ended = batch.admit(admissions)
+                for admission in admissions:
+                    admission.handle.stages["encode"] = batch.encode_seconds / len(admissions)
+            if len(batch):
+                start, rows = time.perf_counter(), len(batch)
+                ended += batch.step()
+                if on_step is not None:
+                    on_step(rows, batch.phrase_steps, time.perf_counter() - start)
+            for active in ended:
+                prepared = active.admission.handle
+                prepared.stages["decode"] = time.perf_counter() - active.started
+                completion = self._completion(prepared, active.row)
+                prepared.job.on_done(completion)
+                finished(prepared.job, completion)
+            if ended:
+                batch.compact()
+            if not len(batch):
+                batch, key = None, None
+
+    def _gathered(self, jobs: list[Job], take: Callable[[int], list[Job]], room: int, deadline: float) -> list[Admission]:
+        """``jobs`` and those of their key that arrive until ``deadline`` (or until ``room`` is full), prepared as
+        they come: a request's retrieval and phrase cutting overlap the wait for others."""
+        admissions = self._admissions(jobs)
+        while len(admissions) < room:
+            more = take(room - len(admissions))
+            if more:
+                admissions += self._admissions(more)
+            elif time.perf_counter() < deadline:
+                time.sleep(min(POLL_SECONDS, max(deadline - time.perf_counter(), 0.0)))
+            else:
+                break
+        return admissions
+
+    def _admissions(self, jobs: list[Job]) -> list[Admission]:
+        """Each job's phrases, cut from its documents (sent and retrieved), and its phrase contexts; the stage
+        times of the group are shared out evenly."""
+        timer = StageTimer()
         with timer.stage("retrieve"):
             documents = [job.documents + found for job, found in zip(jobs, self._retrieved(jobs))]
         with timer.stage("extract"):
-            pipelines = [PhrasePipeline(model, None, job.settings) for job in jobs]
+            pipelines = [PhrasePipeline(self.model, None, job.settings) for job in jobs]
             rows = [job.phrases + (pipeline.candidates(docs) if docs else [])
                     for job, pipeline, docs in zip(jobs, pipelines, documents)]
             contexts = [pipeline.phrase_contexts(docs, phrases) if docs else None
                         for pipeline, docs, phrases in zip(pipelines, documents, rows)]
-        with timer.stage("encode"):
-            model.set_phrases(rows if len(rows) > 1 else rows[0], mid_sentence_forms=False)
-        batch_rows = range(len(jobs)) if len(jobs) > 1 else [None]
-        tracked = [Row(job.request.max_tokens, job.request.stops, self._listener(job, docs, row), job.cancelled)
-                   for job, docs, row in zip(jobs, documents, batch_rows)]
-        with timer.stage("decode"), _readback(model, jobs[0].request.readback):
-            self._generate(jobs, tracked, contexts)
         stages = {stage: seconds / len(jobs) for stage, seconds in timer.totals().items()}
-        completions = [self._completion(job, row, docs, len(phrases), stages, batch_row)
-                       for job, row, docs, phrases, batch_row in zip(jobs, tracked, documents, rows, batch_rows)]
-        for job, completion in zip(jobs, completions):
-            job.on_done(completion)
-        return completions
+        admissions = []
+        for job, docs, phrases, context in zip(jobs, documents, rows, contexts):
+            sources = {phrase.text: phrase.source for phrase in reversed(phrases)}  # the first source of a text wins
+            prepared = _Prepared(job, docs, len(phrases), sources, dict(stages))
+            row = Row(job.request.max_tokens, job.request.stops, self._listener(job, prepared), job.cancelled)
+            seed = job.request.seed if not job.request.greedy else None
+            admissions.append(Admission(job.prompt_ids, phrases, context, row, seed, prepared))
+        return admissions
 
-    def _listener(self, job: Job, documents: list[dict], batch_row: int | None) -> StepListener:
+    def _listener(self, job: Job, prepared: _Prepared) -> StepListener:
         """The row's step listener: each step's text as a segment dict, a phrase's with its source, to ``job.on_step``."""
-        table, by_id = self.model.phrase_table, {str(d.get("id")): d for d in documents}
+        table, by_id = self.model.phrase_table, {str(d.get("id")): d for d in prepared.documents}
 
         def on_step(text: str, phrase: int | None) -> None:
             if phrase is None:
                 job.on_step({"type": "token", "text": text})
                 return
-            sources = table.row_sources(batch_row) if batch_row is not None else None
             entry = table.phrases[phrase]
-            source = sources.get(entry.text, entry.source) if sources is not None else entry.source
+            source = prepared.sources.get(entry.text, entry.source)
             job.on_step(_segment(Segment(text, True, source), by_id, entry.text))
 
         return on_step
@@ -186,43 +254,29 @@ class Engine:
                 found[position] = documents
         return found
 
-    def _generate(self, jobs: list[Job], rows: list[Row], contexts: list[dict | None]) -> None:
-        model, pad = self.model, pad_id(self.model.tokenizer)
-        ids, mask = pad_sequences([job.prompt_ids for job in jobs], pad, side="left", device=model.device)
-        tracker = RowTracker(rows, lambda new: model.decode(new, skip_special_tokens=True), self.eos, model.vocab_size)
-        request = jobs[0].request
-        if not request.greedy and request.seed is not None:
-            torch.manual_seed(request.seed)
-        model.generate(ids, attention_mask=mask, max_new_tokens=max(job.request.max_tokens for job in jobs),
-                       pad_token_id=pad, stopping_criteria=StoppingCriteriaList([tracker]),
-                       **jobs[0].settings.generation_kwargs(),
-                       **({"phrase_contexts": contexts} if any(c is not None for c in contexts) else {}))
-        for row in rows:
-            row.finish_reason = row.finish_reason or "length"
-
-    def _completion(self, job: Job, row: Row, documents: list[dict], num_phrases: int, stages: dict[str, float],
-                    batch_row: int | None) -> Completion:
+    def _completion(self, prepared: _Prepared, row: Row) -> Completion:
         new = [token for token in row.ids if token not in self.eos]
-        segments = _cut(self.model.segments(new, skip_special_tokens=True, row=batch_row), len(row.text))
-        by_id = {str(d.get("id")): d for d in documents}
+        segments = phrase_segments(new, self.model.tokenizer, self.model.phrase_table, True, prepared.sources)
+        by_id = {str(d.get("id")): d for d in prepared.documents}
         return Completion(
-            text=row.text, finish_reason=row.finish_reason, segments=[_segment(s, by_id) for s in segments],
-            prompt_tokens=len(job.prompt_ids), completion_tokens=len(row.ids),
-            phrase_steps=sum(token >= self.model.vocab_size for token in new), num_phrases=num_phrases,
-            documents=[{k: d[k] for k in ("id", "title", "score") if k in d} for d in documents], stages=stages,
+            text=row.text, finish_reason=row.finish_reason,
+            segments=[_segment(s, by_id) for s in _cut(segments, len(row.text))],
+            prompt_tokens=len(prepared.job.prompt_ids), completion_tokens=len(row.ids),
+            phrase_steps=sum(token >= self.model.vocab_size for token in new), num_phrases=prepared.num_phrases,
+            documents=[{k: d[k] for k in ("id", "title", "score") if k in d} for d in prepared.documents],
+            stages=prepared.stages,
         )
 
 
-@contextmanager
-def _readback(model: DynamicVocabLM, readback: str | None) -> Iterator[None]:
-    """The model's read-back set to ``readback`` (None: as it is) for one batch, then put back."""
-    config = model.dynvocab_config
-    before = config.readback
-    config.readback = readback or before
-    try:
-        yield
-    finally:
-        config.readback = before
+@dataclass
+class _Prepared:
+    """A job with what it joins with: its documents, how many phrases, phrase text -> source, stage seconds."""
+
+    job: Job
+    documents: list[dict]
+    num_phrases: int
+    sources: dict[str, str | None]
+    stages: dict[str, float]
 
 
 def _eos_ids(model: DynamicVocabLM) -> set[int]:

@@ -16,15 +16,15 @@ class ServerMetrics:
                                 ["outcome"], registry=registry)
         self.errors = Counter("dynvocab_errors", "Refused or failed requests by error code.", ["kind"], registry=registry)
         self.queue_length = Gauge("dynvocab_queue_length", "Requests waiting for a batch.", registry=registry)
-        self.batch_size = Histogram("dynvocab_batch_size", "Requests decoded in one generate() call.",
+        self.batch_size = Histogram("dynvocab_batch_size", "Rows decoded together, one observation per decoding step.",
                                     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64), registry=registry)
         self.tokens = Counter("dynvocab_generated_steps", "Decoding steps written (a phrase is one step).",
                               registry=registry)
         self.phrase_steps = Counter("dynvocab_phrase_steps", "Decoding steps that wrote a phrase.", registry=registry)
-        self.steps_per_second = Gauge("dynvocab_steps_per_second", "Decoding steps per second of the last batch.",
-                                      registry=registry)
+        self.steps_per_second = Gauge("dynvocab_steps_per_second", "Steps written per second by the last decoding "
+                                      "step (its rows over its seconds).", registry=registry)
         self.phrase_steps_per_second = Gauge("dynvocab_phrase_steps_per_second",
-                                             "Phrase steps per second of the last batch.", registry=registry)
+                                             "Phrases written per second by the last decoding step.", registry=registry)
         self.stage_seconds = Histogram("dynvocab_stage_seconds", "Seconds of each stage, per request of a batch.",
                                        ["stage"], buckets=SECONDS, registry=registry)
         self.request_seconds = Histogram("dynvocab_request_seconds", "Seconds from arrival to the last byte.",
@@ -33,19 +33,19 @@ class ServerMetrics:
                                             "Seconds from arrival to the first streamed step.", buckets=SECONDS,
                                             registry=registry)
 
-    def observe_batch(self, completions: list, seconds: float) -> None:
-        """A decoded batch: its size, steps, phrase steps, stage times and throughput over ``seconds`` of decoding."""
-        self.batch_size.observe(len(completions))
-        steps = sum(c.completion_tokens for c in completions)
-        phrases = sum(c.phrase_steps for c in completions)
-        self.tokens.inc(steps)
-        self.phrase_steps.inc(phrases)
-        for completion in completions:
-            for stage, value in completion.stages.items():
-                self.stage_seconds.labels(stage).observe(value)
+    def observe_step(self, rows: int, phrases: int, seconds: float) -> None:
+        """A decoding step of ``rows`` rows, ``phrases`` of which wrote a phrase, that took ``seconds``."""
+        self.batch_size.observe(rows)
         if seconds > 0:
-            self.steps_per_second.set(steps / seconds)
+            self.steps_per_second.set(rows / seconds)
             self.phrase_steps_per_second.set(phrases / seconds)
+
+    def observe_completion(self, completion) -> None:
+        """A finished request: its steps, phrase steps and stage times."""
+        self.tokens.inc(completion.completion_tokens)
+        self.phrase_steps.inc(completion.phrase_steps)
+        for stage, value in completion.stages.items():
+            self.stage_seconds.labels(stage).observe(value)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,8 +1,7 @@
 """Each row of a served batch: its own token limit, stop strings and cancellation, and its text as it grows.
 
-``RowTracker`` is a stopping criterion, so ``generate()`` calls it once per decoding step with the ids so
-far; it hands each row's new text to that row's listener (one call per step: a phrase arrives whole) and
-tells ``generate()`` which rows are done.
+The running batch hands each row its id after every step; the row passes its new text to its listener (one
+call per step: a phrase arrives whole) and says when it is done.
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import torch
-from transformers import StoppingCriteria
 
 #: a row's listener: ``(new text, the phrase's table index or None)`` after each step that wrote something
 StepListener = Callable[[str, "int | None"], None]
@@ -65,17 +62,3 @@ class Row:
                     held = max(held, length)
                     break
         return held
-
-
-class RowTracker(StoppingCriteria):
-    """Stops each row of a batch on its own terms; rows ended earlier get the padding ``generate()`` writes, unseen."""
-
-    def __init__(self, rows: list[Row], decode: Callable[[list[int]], str], eos: set[int], vocab_size: int) -> None:
-        self.rows, self.decode, self.eos, self.vocab_size = rows, decode, eos, vocab_size
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
-        """``input_ids`` ``(B, L)``: the last column is this step's ids. Returns ``(B,)`` done flags."""
-        for row, token in zip(self.rows, input_ids[:, -1].tolist()):
-            if not row.done:
-                row.step(token, self.decode, self.eos, self.vocab_size)
-        return torch.tensor([row.done for row in self.rows], dtype=torch.bool, device=input_ids.device)

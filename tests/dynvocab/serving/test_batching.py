@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from dynvocab.serving import continuous
 from dynvocab.serving.engine import Job
 from dynvocab.serving.errors import ApiError
 from dynvocab.serving.schemas import CompletionRequest
@@ -38,10 +39,16 @@ def job(engine, fields: dict, number: int) -> Job:
 
 
 @pytest.mark.parametrize("phrases_win", [False, True], ids=["model-scores", "phrases-win"])
-def test_a_batch_equals_each_request_alone(make_engine, phrases_win):
-    engine = make_engine(phrases_win)
-    alone = [engine.run([job(engine, fields, n)])[0] for n, fields in enumerate(REQUESTS)]
-    together_jobs = [job(engine, fields, n) for n, fields in enumerate(REQUESTS)]
+@pytest.mark.parametrize("max_batch_size", [len(REQUESTS), 3], ids=["all-at-once", "joining-mid-batch"])
+@pytest.mark.parametrize("readback", ["tokens", "vector"])
+def test_a_batch_equals_each_request_alone(make_engine, monkeypatch, phrases_win, max_batch_size, readback):
+    """With room for 3 rows, the later requests join the running batch as earlier ones end: longer prompts than the
+    batch's, shorter ones, after steps that read phrases back (several slots); the table compacts at every leave."""
+    monkeypatch.setattr(continuous, "SPARE_PHRASES", 0)
+    engine = make_engine(phrases_win, max_batch_size=max_batch_size)
+    requests = [fields | {"readback": readback} for fields in REQUESTS]
+    alone = [engine.run([job(engine, fields, n)])[0] for n, fields in enumerate(requests)]
+    together_jobs = [job(engine, fields, n) for n, fields in enumerate(requests)]
     assert len({j.key for j in together_jobs}) == 1
     together = engine.run(together_jobs)
     if phrases_win:
@@ -54,7 +61,7 @@ def test_a_batch_equals_each_request_alone(make_engine, phrases_win):
 
 
 def test_rows_that_retrieve_alike_share_one_search(make_engine, monkeypatch):
-    engine = make_engine()
+    engine = make_engine(max_batch_size=len(REQUESTS))
     index, searches = engine.corpora["wiki"], []
     search = index.search_documents
     monkeypatch.setattr(index, "search_documents", lambda queries, k: searches.append((len(queries), k)) or search(queries, k))
@@ -88,30 +95,38 @@ def test_a_seeded_sampled_request_decodes_alone_and_greedy_ones_share(make_engin
 
 def test_concurrent_http_requests_are_batched_and_equal_their_answers_alone(make_client):
     client = make_client(phrases_win=True, batch_wait_ms=300.0)
+
+    def step_metrics() -> tuple[float, float]:
+        metrics = dict(line.rsplit(" ", 1) for line in client.get("/metrics").text.splitlines() if line[:1] != "#")
+        return float(metrics["dynvocab_batch_size_sum"]), float(metrics["dynvocab_batch_size_count"])
+
     bodies = [{"temperature": 0, "agreement_top_k": 0, **fields} for fields in REQUESTS]
-    alone = [client.post("/v1/completions", json=body).json()["choices"][0] for body in bodies]
+    alone = [client.post("/v1/completions", json=body).json() for body in bodies]
+    rows_alone, steps_alone = step_metrics()
+    # a request's first id comes from its prefill; each later one from a decoding step
+    assert rows_alone == steps_alone == sum(reply["usage"]["completion_tokens"] - 1 for reply in alone)
     bad = {"prompt": "x", "phrases": ["fine phrase", "bad <|endoftext|> phrase"], "temperature": 0}
     with ThreadPoolExecutor(len(bodies) + 1) as pool:
         replies = list(pool.map(lambda body: client.post("/v1/completions", json=body), [*bodies, bad]))
     assert replies[-1].status_code == 400 and "special token" in replies[-1].json()["error"]["message"]
-    assert [r.json()["choices"][0] for r in replies[:-1]] == alone
-    metrics = dict(line.rsplit(" ", 1) for line in client.get("/metrics").text.splitlines() if line[:1] != "#")
-    assert float(metrics["dynvocab_batch_size_sum"]) == 2 * len(bodies)  # the bad request never reached a batch
-    assert float(metrics["dynvocab_batch_size_count"]) < 2 * len(bodies)  # the concurrent ones shared batches
+    assert [r.json()["choices"][0] for r in replies[:-1]] == [reply["choices"][0] for reply in alone]
+    rows, steps = step_metrics()
+    assert rows - rows_alone == rows_alone  # the same rows were decoded (the bad request never reached one) ...
+    assert steps - steps_alone < steps_alone / 2  # ... in fewer steps: they shared them
 
 
 def test_a_full_queue_answers_503_with_retry_after(make_client):
     client = make_client(max_queue=1, max_batch_size=1, batch_wait_ms=0.0)
     engine = client.app.state.engine
     release, started = threading.Event(), threading.Event()
-    run = engine.run
+    admissions = engine._admissions
 
-    def held_run(jobs):
+    def held_admissions(jobs):
         started.set()
         release.wait(30)
-        return run(jobs)
+        return admissions(jobs)
 
-    engine.run = held_run
+    engine._admissions = held_admissions
     request = {"prompt": "The cat", "max_tokens": 2, "temperature": 0}
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(client.post, "/v1/completions", json=request)

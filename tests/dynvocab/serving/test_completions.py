@@ -51,6 +51,8 @@ def test_retrieve_takes_phrases_from_the_served_corpus(make_client):
     assert [d["id"] for d in reply["dynvocab"]["documents"]] == ["paris"]
     sources = {s["source"]["document"] for s in reply["choices"][0]["segments"] if s["type"] == "phrase"}
     assert sources == {"paris"}
+    stages = reply["dynvocab"]["stages"]
+    assert list(stages) == ["retrieve", "extract", "encode", "decode"] and all(seconds > 0 for seconds in stages.values())
 
 
 def test_a_request_s_own_phrases_are_written_whole_without_a_source(make_client):
@@ -116,7 +118,7 @@ def test_health_models_and_metrics(make_client):
     assert client.get("/v1/models").json()["data"][0]["id"] == "tiny"
     metrics = client.get("/metrics").text
     for line in ('dynvocab_requests_total{outcome="ok"} 1.0', 'dynvocab_errors_total{kind="invalid_prompt"} 1.0',
-                 "dynvocab_batch_size_count 1.0", "dynvocab_generated_steps_total 3.0", "dynvocab_queue_length 0.0",
+                 "dynvocab_batch_size_count 2.0", "dynvocab_generated_steps_total 3.0", "dynvocab_queue_length 0.0",
                  'dynvocab_stage_seconds_count{stage="decode"} 1.0'):
         assert line in metrics, line
 

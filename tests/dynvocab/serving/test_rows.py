@@ -2,9 +2,8 @@
 
 import threading
 
-import torch
 
-from dynvocab.serving.rows import Row, RowTracker
+from dynvocab.serving.rows import Row
 
 #: id -> the text it decodes to (ids >= 100 are phrases); 9 is end-of-text
 PIECES = {1: " the", 2: " cat", 3: " ST", 4: "OP here", 5: " \xe2", 6: "\x82\xac", 100: " on the mat"}
@@ -46,13 +45,6 @@ def test_a_phrase_is_one_step_with_its_index_and_the_row_ends_at_its_limit_or_en
     assert row.finish_reason == "stop" and row.ids == [1, 9] and row.text == " the"
 
 
-def test_a_cancelled_row_stops_and_the_tracker_reports_each_row():
+def test_a_cancelled_row_stops():
     row, heard = run([1, 2, 1], cancel_at=1)
     assert row.finish_reason == "cancelled" and row.ids == [1] and len(heard) == 1
-    rows = [Row(5, [], lambda *_: None, threading.Event()) for _ in range(2)]
-    tracker = RowTracker(rows, decode, {9}, 100)
-    done = tracker(torch.tensor([[7, 1], [7, 9]]), None)
-    assert done.tolist() == [False, True] and rows[1].finish_reason == "stop"
-    rows[0].cancelled.set()
-    assert tracker(torch.tensor([[7, 1, 2], [7, 9, 9]]), None).tolist() == [True, True]
-    assert rows[1].ids == [9]  # the padding after its end was never taken
