@@ -82,7 +82,7 @@ class Batcher:
             self.engine.decode(self._take, self._finished, self._stepped, wait=self.config.batch_wait_ms / 1e3)
         except Exception as error:  # a bug, not a request's fault (requests are checked before they queue)
             with self.lock:
-                failed, self.running, self.busy = self.running, [], False
+                failed, self.running = self.running, []
             logger.exception("decoding failed", extra={"request_ids": [j.request_id for j in failed]})
             for job in failed:
                 job.on_error(ApiError(500, f"decoding failed: {type(error).__name__}: {error}", code="internal_error",

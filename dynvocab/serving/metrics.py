@@ -15,7 +15,8 @@ class ServerMetrics:
         self.requests = Counter("dynvocab_requests", "Completion requests by outcome (ok, cancelled, error).",
                                 ["outcome"], registry=registry)
         self.errors = Counter("dynvocab_errors", "Refused or failed requests by error code.", ["kind"], registry=registry)
-        self.queue_length = Gauge("dynvocab_queue_length", "Requests waiting for a batch.", registry=registry)
+        self.queue_length = Gauge("dynvocab_queue_length", "Requests waiting for a row of the running batch.",
+                                  registry=registry)
         self.batch_size = Histogram("dynvocab_batch_size", "Rows decoded together, one observation per decoding step.",
                                     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64), registry=registry)
         self.tokens = Counter("dynvocab_generated_steps", "Decoding steps written (a phrase is one step).",
