@@ -26,7 +26,8 @@ import torch
 
 from dynvocab.context_gate import PhraseContexts, context_size
 
-__all__ = ["CalibrationCounts", "calibration_counts", "context_allowed", "count_positions", "next_item_logits"]
+__all__ = ["CalibrationCounts", "calibration_counts", "context_allowed", "count_positions", "fitting_phrases",
+           "next_item_logits"]
 
 
 class CalibrationCounts:
@@ -63,7 +64,7 @@ def _rate(numerator: int, denominator: int) -> float:
     return numerator / denominator if denominator else 0.0
 
 
-def _fitting_phrases(phrase_tokens: list[tuple[int, ...]], continuation: list[int]) -> torch.Tensor:
+def fitting_phrases(phrase_tokens: list[tuple[int, ...]], continuation: list[int]) -> torch.Tensor:
     """``(T, P)`` bool: phrase ``p`` spells ``continuation[t : t + len(p)]``."""
     fits = torch.zeros(len(continuation), len(phrase_tokens), dtype=torch.bool)
     starts: dict[int, list[int]] = {}
@@ -125,7 +126,7 @@ def count_positions(
 
     ``allowed`` ``(T, P)`` bool (``context_allowed``): only these phrases compete at each position.
     """
-    fits = _fitting_phrases(phrase_tokens, continuation_ids)[:, : logits.shape[1] - vocab]
+    fits = fitting_phrases(phrase_tokens, continuation_ids)[:, : logits.shape[1] - vocab]
     best_token = logits[:, :vocab].max(-1)
     gold_token = torch.tensor(continuation_ids)
     counts = CalibrationCounts(biases)

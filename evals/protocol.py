@@ -135,8 +135,14 @@ def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
     ``config.skip_prompts`` of them."""
     from dynvocab.corpora import corpus_split
 
+    return document_prompts(tokenizer, corpus_split(config.data)[1], config)
+
+
+def document_prompts(tokenizer, documents: list[dict], config: EvalConfig) -> list[dict]:
+    """``held_out_prompts`` cut from ``documents``: the first ``config.prefix_tokens`` tokens of each one long enough
+    are its prompt, the next ``config.continuation_tokens`` its reference."""
     prompts, skip = [], config.skip_prompts
-    for lead in corpus_split(config.data)[1]:
+    for lead in documents:
         ids = tokenizer(lead["text"], add_special_tokens=False).input_ids
         if len(ids) >= config.prefix_tokens + config.continuation_tokens:
             if skip:
@@ -148,7 +154,7 @@ def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
         if len(prompts) == config.num_prompts:
             break
     if len(prompts) < config.num_prompts:
-        logger.warning("only %d held-out documents are long enough; evaluating those", len(prompts))
+        logger.warning("only %d documents are long enough; evaluating those", len(prompts))
     return prompts
 
 

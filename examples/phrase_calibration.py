@@ -6,6 +6,12 @@ every bias (``evals.calibration``). Writes ``results.json`` and ``report.md``.
 
     python examples/phrase_calibration.py --num-prompts 200 --output-dir results/calibration
 
+On a domain whose held-out documents are too few to hold some out for choosing settings, ``--split indexed``
+reads indexed documents instead, each retrieving from the index without itself (leave one out):
+
+    python examples/phrase_calibration.py --data licenses --split indexed --num-prompts 100 \
+        --context-tokens 0,3,4 --output-dir results/calibration-licenses/dev
+
 Choosing the bias on other held-out leads than those reported (``--skip 200`` passes over
 the evaluation's 200) and writing it into a copy of the checkpoint:
 
@@ -28,9 +34,10 @@ from tqdm.auto import tqdm
 
 from dynvocab.atomic import MANIFEST, atomic_directory
 from dynvocab.config import CONFIG_NAME
+from dynvocab.corpora import corpus_split
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from evals.calibration import CalibrationCounts, context_allowed, count_positions, next_item_logits
-from evals.protocol import EvalConfig, held_out_prompts
+from evals.protocol import EvalConfig, document_prompts
 from retrieval.loading import demo_index
 from retrieval.phrases import document_contexts
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
@@ -57,7 +64,11 @@ def main() -> None:
                                              "decodes) added to its phrase scores into this folder")
     parser.add_argument("--checkpoint", default=str(SHIPPED_ENCODER))
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--data", default="wikipedia", choices=("wikipedia", "licenses"),
+                        help="embedded corpus of the held-out prompts and of the index the phrases come from")
     parser.add_argument("--output-dir", default="results/calibration")
+    parser.add_argument("--split", default="held-out", choices=("held-out", "indexed"),
+                        help="read held-out documents, or indexed ones that each retrieve without themselves")
     parser.add_argument("--context-tokens", default="0",
                         help="comma-separated left-context sizes of the context gate to score (0: no gate)")
     args = parser.parse_args()
@@ -65,19 +76,24 @@ def main() -> None:
 
     start = time.perf_counter()
     model = load_dynamic_lm(args.model, args.checkpoint)
-    config = EvalConfig(model=args.model, num_prompts=args.skip + args.num_prompts, output_dir=args.output_dir)
-    prompts = held_out_prompts(model.tokenizer, config)[args.skip :]
+    config = EvalConfig(model=args.model, data=args.data, num_prompts=args.skip + args.num_prompts,
+                        output_dir=args.output_dir)
+    indexed, held_out = corpus_split(config.data)
+    prompts = document_prompts(model.tokenizer, held_out if args.split == "held-out" else indexed, config)[args.skip :]
     pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), config.data), PipelineConfig())
     # the raw scores, the strictest rule (the first token is the LM's own top token), and as the pipeline decodes
     agreements = sorted({0, 1, pipeline.config.decoding_settings()["agreement_top_k"]})
     totals = {(k, n): CalibrationCounts(BIASES) for k in agreements for n in gates}
+    tokens_right = 0  # positions where the LM's own top token is right (phrases off)
     for item in tqdm(prompts, desc="calibration"):
-        documents = pipeline.index.search_documents([item["prompt"]], k=pipeline.config.top_k)[0]
+        found = pipeline.index.search_documents([item["prompt"]], k=pipeline.config.top_k + 1)[0]
+        documents = [d for d in found if d.get("id") != item["id"]][: pipeline.config.top_k]  # leave itself out
         model.set_phrases(pipeline.candidates(documents), mid_sentence_forms=False)
         table = model.phrase_table.token_ids
         prompt_ids = model.tokenizer(item["prompt"]).input_ids
         reference_ids = model.tokenizer(item["reference"], add_special_tokens=False).input_ids
         logits = next_item_logits(model, prompt_ids, reference_ids)  # one forward pass for every setting
+        tokens_right += int((logits[:, : model.vocab_size].argmax(-1) == torch.tensor(reference_ids)).sum())
         for n in gates:
             allowed = (context_allowed(document_contexts(documents, model.tokenizer, table, n), table, prompt_ids,
                                        reference_ids) if n else None)
@@ -87,21 +103,27 @@ def main() -> None:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     command = "python " + " ".join(sys.argv)
-    settings = {"checkpoint": args.checkpoint, "model": args.model, "prompts": len(prompts), "skipped": args.skip,
+    settings = {"checkpoint": args.checkpoint, "model": args.model, "data": args.data, "split": args.split,
+                "prompts": len(prompts), "skipped": args.skip,
                 "positions": totals[agreements[0], gates[0]].positions,
                 "pipeline": pipeline.config.__dict__ | pipeline.config.decoding_settings(),
                 "configured_bias": model.dynvocab_config.phrase_score_bias,
                 "torch": torch.__version__, "python": platform.python_version(), "seconds": time.perf_counter() - start}
+    off = tokens_right / settings["positions"]
+    rule, chosen = max(((key, r) for key, rows in tables.items() for r in rows), key=lambda item: item[1]["accuracy"])
     results = {"command": command, "settings": settings,
                "agreement_top_k": {str(k): rows for (k, n), rows in tables.items() if n == gates[0]},
-               "context_gate": {f"agreement {k}, context {n}": rows for (k, n), rows in tables.items()}}
+               "context_gate": {f"agreement {k}, context {n}": rows for (k, n), rows in tables.items()},
+               "most_accurate": {"agreement_top_k": rule[0], "context_tokens": rule[1], **chosen,
+                                 "accuracy_phrases_off": off}}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [
         "# Phrase calibration: how often a phrase wins against how often the reference holds one",
         "",
         f"Command: `{command}` ({settings['seconds'] / 60:.1f} min, {torch.get_num_threads()} threads)",
         "",
-        f"{len(prompts)} held-out {config.data} leads (after the first {args.skip}), {settings['positions']} reference positions read by teacher forcing, "
+        f"{len(prompts)} {args.split} {config.data} {'leads' if config.data == 'wikipedia' else 'documents'} "
+        f"(after the first {args.skip}), {settings['positions']} reference positions read by teacher forcing, "
         f"checkpoint `{args.checkpoint}`, the pipeline's default phrases per prompt. Bias is added to every phrase "
         "logit on top of the checkpoint's own. *fit*: some plugged-in phrase spells the next reference tokens; "
         "*accuracy*: the top item is right (a fitting phrase, or the next reference token). *context n*: only "
@@ -122,6 +144,18 @@ def main() -> None:
             "",
             f"Highest accuracy at bias {best['bias']:+.1f}: {100 * best['accuracy']:.1f}% "
             f"(bias 0: {100 * next(r for r in rows if r['bias'] == 0)['accuracy']:.1f}%).",
+            "",
+        ]
+    lines += ["## The most accurate rule on these documents", ""]
+    if chosen["accuracy"] <= off:
+        lines += [f"No rule beats phrases off ({100 * off:.2f}%): here phrases should not replace the LM's tokens.", ""]
+    else:
+        lines += [
+            f"Agreement {'off' if not rule[0] else f'top {rule[0]}'}, {f'context {rule[1]}' if rule[1] else 'no context gate'}, "
+            f"bias {chosen['bias']:+.1f}: accuracy {100 * chosen['accuracy']:.2f}% against {100 * off:.2f}% with phrases off "
+            f"({100 * chosen['win_rate']:.1f}% phrase wins, {100 * chosen['precision']:.1f}% precision, "
+            f"{100 * chosen['recall']:.1f}% recall). Decode with it: `--agreement_top_k {rule[0]} --context_tokens {rule[1]} "
+            f"--phrase_bias {chosen['bias']:g}`.",
             "",
         ]
     if args.write_bias:

@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -99,16 +100,23 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
               "choose": args.choose, "prompts": len(prompts), "positions": counts["positions"], "fit_rate": counts["fits"] / counts["positions"],
               "accuracy_phrases_off": counts["token_right"] / counts["positions"], "rows": rows}
-    print(f"{len(prompts)} held-out leads, {counts['positions']} positions; a plugged-in phrase fits at "
-          f"{100 * result['fit_rate']:.1f}%; LM top token right at {100 * result['accuracy_phrases_off']:.1f}%")
-    print("| context tokens | agreement top k | proposals | precision | recall | accuracy |\n|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['context_tokens']} | {r['agreement_top_k'] or 'off'} | {100 * r['win_rate']:.1f}% | "
-              f"{100 * r['precision']:.1f}% | {100 * r['recall']:.1f}% | {100 * r['accuracy']:.1f}% |")
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    report(result, "held-out leads", ["context tokens", "agreement top k", "proposals", "precision", "recall", "accuracy"],
+           lambda r: [r["context_tokens"], r["agreement_top_k"] or "off", f"{100 * r['win_rate']:.1f}%",
+                      f"{100 * r['precision']:.1f}%", f"{100 * r['recall']:.1f}%", f"{100 * r['accuracy']:.1f}%"],
+           args.output)
     return result
+
+
+def report(result: dict, texts: str, header: list[str], cells: Callable[[dict], list], output: str | None) -> None:
+    """Print a probe's summary line and its rows as a Markdown table (``cells(row)``), and write ``result`` to ``output``."""
+    print(f"{result['prompts']} {texts}, {result['positions']} positions; a plugged-in phrase fits at "
+          f"{100 * result['fit_rate']:.1f}%; LM top token right at {100 * result['accuracy_phrases_off']:.2f}%")
+    print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
+    for row in result["rows"]:
+        print("| " + " | ".join(str(cell) for cell in cells(row)) + " |")
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from evals.calibration import (
-    CalibrationCounts, _fitting_phrases, calibration_counts, context_allowed, count_positions, next_item_logits,
+    CalibrationCounts, calibration_counts, context_allowed, count_positions, fitting_phrases, next_item_logits,
 )
 
 V = 10
@@ -26,8 +26,8 @@ class FixedLogits(torch.nn.Module):
         return SimpleNamespace(logits=self.table[None])
 
 
-def test_fitting_phrases_are_found_at_every_start():
-    fits = _fitting_phrases(PHRASES, [4, 5, 6, 7, 8, 4, 9])
+def testfitting_phrases_are_found_at_every_start():
+    fits = fitting_phrases(PHRASES, [4, 5, 6, 7, 8, 4, 9])
     assert fits.nonzero().tolist() == [[0, 0], [2, 1], [5, 2]]
 
 

@@ -359,3 +359,18 @@ def test_development_prompts_follow_the_reported_ones(_gpt2_tokenizer, tmp_path)
         check_resumable(EvalConfig(output_dir=str(tmp_path), skip_prompts=200))
     with pytest.raises(ValueError, match="skip_prompts"):
         EvalConfig(skip_prompts=-1)
+
+
+def test_document_prompts_cut_prompt_and_reference_from_the_documents_long_enough(_gpt2_tokenizer):
+    from evals.protocol import EvalConfig, document_prompts
+
+    words = " ".join(f"word{i}" for i in range(40))
+    documents = [{"id": "short", "text": "too short"}, {"id": "long", "text": words}, {"id": "also", "text": words}]
+    config = EvalConfig(num_prompts=5, prefix_tokens=4, continuation_tokens=6)
+    prompts = document_prompts(_gpt2_tokenizer, documents, config)
+    assert [p["id"] for p in prompts] == ["long", "also"]
+    ids = _gpt2_tokenizer(words, add_special_tokens=False).input_ids
+    assert prompts[0]["prompt"] == _gpt2_tokenizer.decode(ids[:4])
+    assert prompts[0]["reference"] == _gpt2_tokenizer.decode(ids[4:10])
+    config.skip_prompts = 1
+    assert [p["id"] for p in document_prompts(_gpt2_tokenizer, documents, config)] == ["also"]

@@ -1,0 +1,65 @@
+"""How often does a text's last n tokens stand somewhere in the documents retrieved for its prompt? (#32, a probe)
+
+The context gate lets a phrase win only where the last ``n`` tokens of the text so far stood before it in a retrieved
+document. Under teacher forcing the reference keeps to its domain's wording; a generated text may leave it. This
+reads an evaluation's ``generations.jsonl`` and, for the reference and for each system's continuation, counts the
+positions whose last ``n`` tokens (prompt included) are an ``n``-gram of the prompt's top-32 documents.
+
+    python experiments/calibration/context_coverage.py --run results/licenses-matched --data licenses
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer
+
+from dynvocab.assets import resolve_model
+from retrieval.loading import demo_index
+
+
+def covered(ids: list[int], start: int, grams: set[tuple[int, ...]], n: int) -> tuple[int, int]:
+    """(positions from ``start`` on whose last ``n`` tokens are in ``grams``, positions from ``start`` on)."""
+    positions = range(max(start, n), len(ids))
+    return sum(tuple(ids[t - n : t]) in grams for t in positions), len(positions)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, help="an evaluation folder with generations.jsonl")
+    parser.add_argument("--data", default="wikipedia", choices=("wikipedia", "licenses"))
+    parser.add_argument("--context-tokens", type=int, default=4)
+    parser.add_argument("--top-k", type=int, default=32)
+    args = parser.parse_args()
+    n = args.context_tokens
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2"))
+    index = demo_index(Path(".cache/demo"), args.data)
+    rows = [json.loads(line) for line in Path(args.run, "generations.jsonl").read_text().splitlines()]
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    grams_of: dict[str, set] = {}
+    for row in tqdm(rows, desc="continuations"):
+        if row["prompt"] not in grams_of:
+            documents = index.search_documents([row["prompt"]], k=args.top_k)[0]
+            grams_of[row["prompt"]] = {tuple(ids[i : i + n]) for ids in tokenizer(
+                [d["text"] for d in documents], add_special_tokens=False).input_ids for i in range(len(ids) - n + 1)}
+            prompt = tokenizer(row["prompt"]).input_ids
+            hit, total = covered(prompt + tokenizer(row["reference"], add_special_tokens=False).input_ids,
+                                 len(prompt), grams_of[row["prompt"]], n)
+            counts["(reference)"][0] += hit
+            counts["(reference)"][1] += total
+        prompt = tokenizer(row["prompt"]).input_ids
+        hit, total = covered(prompt + tokenizer(row["text"], add_special_tokens=False).input_ids, len(prompt),
+                             grams_of[row["prompt"]], n)
+        counts[row["system"]][0] += hit
+        counts[row["system"]][1] += total
+    print(f"| text | positions whose last {n} tokens stand in the top-{args.top_k} documents |\n|---|---|")
+    for name, (hit, total) in counts.items():
+        print(f"| {name} | {100 * hit / total:.1f}% of {total} |")
+
+
+if __name__ == "__main__":
+    main()
