@@ -16,12 +16,12 @@ gated). ``left_contexts`` builds such a mapping from tokenized documents.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from transformers import LogitsProcessor
 
-__all__ = ["PhraseContextGate", "PhraseContexts", "context_size", "left_contexts", "spelled_tail"]
+__all__ = ["PhraseContextGate", "PhraseContexts", "context_size", "left_contexts", "phrase_starts", "spelled_tail"]
 
 #: ``n`` tokens of left context -> the phrases (their token ids) that follow those tokens in some document
 PhraseContexts = Mapping[tuple[int, ...], Collection[tuple[int, ...]]]
@@ -36,21 +36,30 @@ def left_contexts(documents: Iterable[Sequence[int]], phrases: Collection[tuple[
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"a left context is at least 1 token, got n={n!r}")
+    documents = [list(ids) for ids in documents]
+    contexts: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+    for number, start, span in phrase_starts(documents, phrases):
+        if start >= n:
+            contexts.setdefault(tuple(documents[number][start - n : start]), set()).add(span)
+    return contexts
+
+
+def phrase_starts(documents: Iterable[Sequence[int]],
+                  phrases: Collection[tuple[int, ...]]) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+    """Every place one of ``phrases`` (tuples of at least 2 token ids) occurs in ``documents`` (token-id
+    sequences): ``(the document's number, the phrase's first position there, the phrase)``, in document order."""
     phrases = set(phrases)
     lengths_after: dict[tuple[int, ...], set[int]] = {}  # a phrase's first two tokens -> the lengths of such phrases
     for phrase in phrases:
         if len(phrase) < 2:
             raise ValueError(f"phrase {phrase!r} has fewer than 2 tokens; a phrase table holds phrases of 2 or more")
         lengths_after.setdefault(phrase[:2], set()).add(len(phrase))
-    contexts: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
-    for ids in documents:
-        ids = list(ids)
-        for start in range(n, len(ids)):
+    for number, ids in enumerate(documents):
+        for start in range(len(ids) - 1):
             for length in lengths_after.get(tuple(ids[start : start + 2]), ()):
                 span = tuple(ids[start : start + length])
                 if span in phrases:
-                    contexts.setdefault(tuple(ids[start - n : start]), set()).add(span)
-    return contexts
+                    yield number, start, span
 
 
 def context_size(contexts: PhraseContexts) -> int:

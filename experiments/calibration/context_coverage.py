@@ -3,7 +3,9 @@
 The context gate lets a phrase win only where the last ``n`` tokens of the text so far stood before it in a retrieved
 document. Under teacher forcing the reference keeps to its domain's wording; a generated text may leave it. This
 reads an evaluation's ``generations.jsonl`` and, for the reference and for each system's continuation, counts the
-positions whose last ``n`` tokens (prompt included) are an ``n``-gram of the prompt's top-32 documents.
+positions whose last ``n`` tokens (prompt included) are an ``n``-gram of the prompt's top-32 documents. It also
+counts each system's continuations that equal its matched bare LM's (``bare``, or ``bare:no_repeat=N`` for a system
+with ``no_repeat=N``) letter for letter, and those that only run past its end (the same text, then more).
 
     python experiments/calibration/context_coverage.py --run results/licenses-matched --data licenses
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,6 +31,12 @@ def covered(ids: list[int], start: int, grams: set[tuple[int, ...]], n: int) -> 
     return sum(tuple(ids[t - n : t]) in grams for t in positions), len(positions)
 
 
+def matched_bare(system: str) -> str:
+    """The bare LM with the same ``no_repeat`` setting as ``system``."""
+    found = re.search(r"no_repeat=\d+", system)
+    return f"bare:{found.group()}" if found else "bare"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="an evaluation folder with generations.jsonl")
@@ -39,26 +48,31 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2"))
     index = demo_index(Path(".cache/demo"), args.data)
     rows = [json.loads(line) for line in Path(args.run, "generations.jsonl").read_text().splitlines()]
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    grams_of: dict[str, set] = {}
-    for row in tqdm(rows, desc="continuations"):
-        if row["prompt"] not in grams_of:
+    texts = {(row["id"], row["system"]): row["text"] for row in rows}
+    references = {row["id"]: {"id": row["id"], "prompt": row["prompt"], "system": "(reference)", "text": row["reference"]}
+                  for row in rows}
+    prompts = {}  # id -> (prompt ids, n-grams of its documents)
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # covered, positions, equal, run past
+    for row in tqdm([*references.values(), *rows], desc="texts"):
+        if row["id"] not in prompts:
             documents = index.search_documents([row["prompt"]], k=args.top_k)[0]
-            grams_of[row["prompt"]] = {tuple(ids[i : i + n]) for ids in tokenizer(
-                [d["text"] for d in documents], add_special_tokens=False).input_ids for i in range(len(ids) - n + 1)}
-            prompt = tokenizer(row["prompt"]).input_ids
-            hit, total = covered(prompt + tokenizer(row["reference"], add_special_tokens=False).input_ids,
-                                 len(prompt), grams_of[row["prompt"]], n)
-            counts["(reference)"][0] += hit
-            counts["(reference)"][1] += total
-        prompt = tokenizer(row["prompt"]).input_ids
-        hit, total = covered(prompt + tokenizer(row["text"], add_special_tokens=False).input_ids, len(prompt),
-                             grams_of[row["prompt"]], n)
-        counts[row["system"]][0] += hit
-        counts[row["system"]][1] += total
-    print(f"| text | positions whose last {n} tokens stand in the top-{args.top_k} documents |\n|---|---|")
-    for name, (hit, total) in counts.items():
-        print(f"| {name} | {100 * hit / total:.1f}% of {total} |")
+            grams = {tuple(ids[i : i + n]) for ids in tokenizer([d["text"] for d in documents],
+                                                                 add_special_tokens=False).input_ids
+                     for i in range(len(ids) - n + 1)}
+            prompts[row["id"]] = tokenizer(row["prompt"]).input_ids, grams
+        prompt, grams = prompts[row["id"]]
+        tally = counts[row["system"]]
+        hit, total = covered(prompt + tokenizer(row["text"], add_special_tokens=False).input_ids, len(prompt), grams, n)
+        tally[0] += hit
+        tally[1] += total
+        bare = texts.get((row["id"], matched_bare(row["system"])))
+        if bare is not None:
+            tally[2] += row["text"] == bare
+            tally[3] += row["text"] != bare and row["text"].startswith(bare)
+    print(f"| text | positions whose last {n} tokens stand in the top-{args.top_k} documents | "
+          "equal to the matched bare LM's | the same, run past its end |\n|---|---|---|---|")
+    for name, (hit, total, equal, past) in counts.items():
+        print(f"| {name} | {100 * hit / total:.1f}% of {total} | {equal} | {past} |")
 
 
 if __name__ == "__main__":

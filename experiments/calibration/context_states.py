@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from copy_rule import report  # the sibling probe's table and JSON (the script's folder is on the import path)
+from dynvocab.context_gate import phrase_starts
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from evals.calibration import fitting_phrases
 from evals.protocol import EvalConfig, held_out_prompts
@@ -55,20 +56,10 @@ def phrase_keys(documents: list[list[int]], states: list[torch.Tensor],
                 index: dict[tuple[int, ...], int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Every place a plugged-in phrase starts in ``documents`` (after their first token): the state before it
     ``(M, d)`` and the phrase's index ``(M,)``."""
-    lengths_after: dict[tuple[int, int], set[int]] = defaultdict(set)
-    for phrase in index:
-        lengths_after[phrase[:2]].add(len(phrase))
-    keys, owners = [], []
-    for ids, hidden in zip(documents, states):
-        for start in range(1, len(ids) - 1):
-            for length in sorted(lengths_after.get((ids[start], ids[start + 1]), ())):
-                phrase = index.get(tuple(ids[start : start + length]))
-                if phrase is not None:
-                    keys.append(hidden[start - 1])
-                    owners.append(phrase)
-    if not keys:
+    found = [(states[number][start - 1], index[span]) for number, start, span in phrase_starts(documents, index) if start]
+    if not found:
         return torch.zeros(0, states[0].shape[-1]), torch.zeros(0, dtype=torch.long)
-    return torch.stack(keys), torch.tensor(owners)
+    return torch.stack([key for key, _ in found]), torch.tensor([owner for _, owner in found])
 
 
 def main(argv: list[str] | None = None) -> dict:

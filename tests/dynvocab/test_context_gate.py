@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dynvocab.context_gate import PhraseContextGate, context_size, left_contexts, spelled_tail
+from dynvocab.context_gate import PhraseContextGate, context_size, left_contexts, phrase_starts, spelled_tail
 from tests.helpers import PhrasesAlwaysWin
 
 V = 10
@@ -15,6 +15,14 @@ def test_left_contexts_records_every_place_a_phrase_follows_n_tokens():
     contexts = left_contexts(documents, PHRASES, 2)
     assert contexts == {(1, 2): {(3, 4), (5, 6, 7)}, (2, 2): {(3, 9)}}  # (3, 4) at the start of doc 3: no context
     assert left_contexts(documents, PHRASES, 1) == {(2,): {(3, 4), (3, 9), (5, 6, 7)}}
+
+
+def test_phrase_starts_finds_every_occurrence_with_its_document_and_position():
+    documents = [[3, 4, 3, 9], [5, 6, 7, 5, 6], [1]]
+    assert sorted(phrase_starts(documents, PHRASES + [(3, 4, 3)])) == [
+        (0, 0, (3, 4)), (0, 0, (3, 4, 3)), (0, 2, (3, 9)), (1, 0, (5, 6, 7))]  # (5, 6) at the end is no phrase
+    with pytest.raises(ValueError, match="fewer than 2 tokens"):
+        list(phrase_starts(documents, [(3,)]))
 
 
 def test_left_contexts_of_one_token():
