@@ -7,13 +7,20 @@ relaxed acceptance rule like NEST's, Li et al. 2024: ``accept_top_k=1`` keeps on
 greedy decoding of the bare LM would write), drops the rest from the KV cache
 (``DynamicCache.crop``) and goes on from the last kept token. Whatever was kept, the step
 counts as one. A kept prefix that is itself a phrase of the row's set is emitted as that
-phrase; otherwise its tokens are.
+phrase; otherwise its tokens are. The LM's scores at each read-back position pass through
+``logits_processor`` first, so the safeguards (``no_repeat_ngram_size``, ...) judge a
+phrase's tokens as they judge the bare LM's, and ``accept_top_k=1`` stays lossless under them.
+
+``draft`` (e.g. ``dynvocab.drafting.DocumentDrafter.draft``) proposes tokens to follow a
+chosen token: they are read back in the same forward call and kept the same way, so a step
+that writes a token may write several (speculative decoding with drafts from documents).
 
 It decodes one prompt at a time, like speculative decoding in ``transformers``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +32,8 @@ __all__ = ["VerifiedOutput", "generate_verified"]
 
 @dataclass
 class VerifiedOutput:
-    """``sequences`` ``(1, L + n)`` mixed ids (prompt first); ``steps`` decoding steps; ``cut`` phrases cut short."""
+    """``sequences`` ``(1, L + n)`` mixed ids (prompt first); ``steps`` decoding steps; ``cut`` phrases and drafts
+    cut short."""
 
     sequences: torch.LongTensor
     steps: int
@@ -53,12 +61,14 @@ def generate_verified(
     stopping_criteria: StoppingCriteriaList | None = None,
     eos_token_id: int | None = None,
     row: int | None = None,
+    draft: Callable[[list[int]], list[int]] | None = None,
 ) -> VerifiedOutput:
     """Decode ``max_new_tokens`` steps from ``input_ids`` ``(1, L)`` (token ids) with verified phrases.
 
     ``model`` is a ``DynamicVocabLM``; ``row`` picks one row's phrase set after per-row
     ``set_phrases`` (default: every phrase). ``logits_processor`` sees the mixed ids and
-    the ``(1, V + P)`` scores of each step, like ``generate``'s.
+    the ``(1, V + P)`` scores of each step, like ``generate``'s. ``draft`` maps the text so far as token ids
+    (prompt included, the chosen token last) to the tokens proposed after it.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"generate_verified decodes one prompt: input_ids must be (1, L), got {tuple(input_ids.shape)}")
@@ -71,7 +81,9 @@ def generate_verified(
     warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature), TopPLogitsWarper(top_p)] if do_sample else [])
     stopping = stopping_criteria or StoppingCriteriaList()
     eos = model.generation_config.eos_token_id if eos_token_id is None else eos_token_id
+    ends = set(eos) if isinstance(eos, list) else set() if eos is None else {eos}
     ids = input_ids.to(model.device)
+    text = _spelled(ids[0].tolist(), table, vocab)  # the text so far as token ids, for ``draft``
     cache = DynamicCache()
     logits = model(ids, past_key_values=cache, use_cache=True, phrase_mask=mask).logits[:, -1]
     steps = cut = 0
@@ -79,20 +91,49 @@ def generate_verified(
         scores = processors(ids, logits.float())
         chosen = _choose(scores[0], do_sample, warpers, ids)
         tokens = list(table.token_ids[chosen - vocab]) if chosen >= vocab else [chosen]
+        chosen_length = len(tokens)
+        if draft is not None and chosen < vocab and chosen not in ends:
+            tokens += draft(text + tokens)
         out = model(torch.tensor([tokens], device=ids.device), past_key_values=cache, use_cache=True, phrase_mask=mask)
-        kept = _accepted(out.logits[0, :, :vocab], tokens, accept_top_k)
+        kept = _accepted(_processed(processors, ids, out.logits[0].float(), tokens, vocab), tokens, accept_top_k)
+        kept = next((j + 1 for j, t in enumerate(tokens[:kept]) if t in ends), kept)  # nothing after an end of text
+        if kept > chosen_length and _stops(stopping, ids, tokens[:kept], scores):  # nor drafted tokens past the stop
+            kept = next(j for j in range(chosen_length, kept + 1) if _stops(stopping, ids, tokens[:j], scores))
         if kept < len(tokens):
             cache.crop(kept - len(tokens))  # transformers 5: a negative count removes that many slots
             cut += 1
-        emitted = _as_ids(tokens[:kept], chosen if kept == len(tokens) else None, table, vocab, mask)
-        ids = torch.cat([ids, torch.tensor([emitted], device=ids.device)], dim=1)
+        whole = chosen if chosen >= vocab and kept == len(tokens) else None
+        ids = torch.cat([ids, torch.tensor([_as_ids(tokens[:kept], whole, table, vocab, mask)], device=ids.device)], dim=1)
+        text += tokens[:kept]
         logits = out.logits[:, kept - 1]
         steps += 1
-        if (eos is not None and tokens[kept - 1] in (eos if isinstance(eos, list) else [eos])) or bool(
-            stopping(ids, scores).all() if len(stopping) else False
-        ):
+        if tokens[kept - 1] in ends or _stops(stopping, ids, [], scores):
             break
     return VerifiedOutput(ids, steps, cut)
+
+
+def _processed(processors: LogitsProcessorList, ids: torch.Tensor, logits: torch.Tensor, tokens: list[int],
+               vocab: int) -> torch.Tensor:
+    """``(k, V)``: the token scores after each of ``tokens`` as ``processors`` leave them, each row seeing the text
+    up to its position. ``logits`` ``(k, V + P)``; the last row, scored at the next step, is returned raw."""
+    if not processors or len(tokens) == 1:
+        return logits[:, :vocab]
+    rows = [processors(torch.cat([ids, torch.tensor([tokens[: j + 1]], device=ids.device)], dim=1),
+                       logits[j : j + 1].clone())  # processors may write in place
+            for j in range(len(tokens) - 1)]
+    return torch.cat([*rows, logits[-1:]])[:, :vocab]
+
+
+def _stops(stopping: StoppingCriteriaList, ids: torch.Tensor, tokens: list[int], scores: torch.Tensor) -> bool:
+    """Whether ``stopping`` ends the text ``ids`` followed by ``tokens``."""
+    if not len(stopping):
+        return False
+    return bool(stopping(torch.cat([ids, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], 1), scores).all())
+
+
+def _spelled(ids: list[int], table, vocab: int) -> list[int]:
+    """Mixed ids as the token ids they spell."""
+    return [t for i in ids for t in (table.token_ids[i - vocab] if i >= vocab else (i,))]
 
 
 def _accepted(lm_logits: torch.Tensor, tokens: list[int], top_k: int) -> int:

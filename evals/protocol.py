@@ -87,6 +87,7 @@ class EvalConfig:
                   "const": True},  # a bare flag turns it on
     )
     verify_top_k: int = field(default=0, metadata={"help": "Dynamic systems: verified decoding, keep a phrase while its tokens are in the LM's top-k (0: off)."})
+    draft_tokens: int = field(default=0, metadata={"help": "Dynamic systems with verified decoding: draft up to n tokens from the documents and the text so far (0: off)."})
     no_repeat_ngram_size: int = field(default=0, metadata={"help": "Every system: no repeated token n-gram (phrases spelled out; 0: off)."})
     repetition_penalty: float = field(default=1.0, metadata={"help": "Every system: CTRL repetition penalty (1: off)."})
     rag_documents: int = field(default=3, metadata={"help": "bare-rag systems: retrieved documents put in the context."})
@@ -100,7 +101,10 @@ class EvalConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         for name in self.system_names:
-            parse_system(name)
+            spec = parse_system(name)
+            if spec.get("draft", self.draft_tokens) and not spec.get("verify", self.verify_top_k):
+                raise ValueError(f"system {name!r} drafts without verified decoding: add :verify=1 (the bare LM's own "
+                                 "text) to it, or pass --verify_top_k 1")
         if not self.system_names:
             raise ValueError(f"systems={self.systems!r} names no system; e.g. --systems bare,dynamic")
         if self.data not in ("wikipedia", "licenses"):
@@ -367,7 +371,8 @@ class Generators:
             ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
             phrase_max_uses=spec.get("uses", c.phrase_max_uses), context_tokens=spec.get("context", c.context_tokens),
-            verify_top_k=spec.get("verify", c.verify_top_k), first_token_mass=bool(spec.get("mass", c.first_token_mass)),
+            verify_top_k=spec.get("verify", c.verify_top_k), draft_tokens=spec.get("draft", c.draft_tokens),
+            first_token_mass=bool(spec.get("mass", c.first_token_mass)),
             phrase_bias=float(spec.get("bias", c.phrase_bias)),
         )  # its generation_kwargs() are what sampling() gives the other systems
 
@@ -468,11 +473,12 @@ def _resume(path: Path, systems: list[str], prompts: list[dict]) -> tuple[list[d
 GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index", "encoder", "prefix_tokens",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
                        "readback", "encode_dtype", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses",
-                       "verify_top_k", "first_token_mass", "context_tokens", "skip_prompts",
+                       "verify_top_k", "draft_tokens", "first_token_mass", "context_tokens", "skip_prompts",
                        "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens")
 
 #: how runs that predate a setting generated: the encoder ran in float32, and phrases took mass from any token
-SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False, "context_tokens": 0, "skip_prompts": 0}
+SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False, "context_tokens": 0, "skip_prompts": 0,
+                              "draft_tokens": 0}
 
 
 def check_resumable(config: EvalConfig) -> None:

@@ -38,6 +38,7 @@ OPTIONS = {
     "uses": (int, None, _DYNAMIC),
     "context": (int, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
+    "draft": (int, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
     "checkpoint": (str, None, TRAINED),
     "no_repeat": (int, None, _ALL),

@@ -12,6 +12,7 @@ from transformers import StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase, Segment
 from dynvocab.config import check_at_least, check_field_types
+from dynvocab.drafting import DocumentDrafter
 from dynvocab.generation import generate_continuations
 from dynvocab.model import PHRASE_PROCESSOR_ARGS
 from dynvocab.padding import pad_id
@@ -82,6 +83,11 @@ class PipelineConfig:
         metadata={"help": "Verified decoding: keep an emitted phrase only while each token is in the LM's top-k there "
                           "(one prompt at a time; 0: off)."},
     )
+    draft_tokens: int = field(
+        default=0,
+        metadata={"help": "Verified decoding: after a token, draft up to n tokens that followed the text's last tokens "
+                          "in a retrieved document or earlier in the text (dynvocab.drafting; 0: off)."},
+    )
     max_new_tokens: int = field(default=128, metadata={"help": "Decoding steps at most."})
     max_chars: int | None = field(default=None, metadata={"help": "Stop once the continuation has this many characters."})
     do_sample: bool = field(default=False, metadata={"help": "Sample instead of greedy decoding."})
@@ -111,10 +117,14 @@ class PipelineConfig:
         if self.edges not in ("content", "any") or self.ranking not in ("relevance", "frequency"):
             raise ValueError(f"edges={self.edges!r}, ranking={self.ranking!r}; choose edges 'content' or 'any', "
                              "ranking 'relevance' or 'frequency'")
-        counts = ("no_repeat_ngram_size", "agreement_top_k", "phrase_max_uses", "verify_top_k", "context_tokens")
+        counts = ("no_repeat_ngram_size", "agreement_top_k", "phrase_max_uses", "verify_top_k", "context_tokens",
+                  "draft_tokens")
         if min(getattr(self, name) or 0 for name in counts) < 0 or self.repetition_penalty <= 0:
             raise ValueError(", ".join(f"{name}={getattr(self, name)}" for name in counts)
                              + f" must be >= 0 and repetition_penalty={self.repetition_penalty} > 0")
+        if self.draft_tokens and not self.verify_top_k:
+            raise ValueError(f"draft_tokens={self.draft_tokens} needs verified decoding: pass verify_top_k=1 (a draft "
+                             "is kept as far as the LM's own greedy text agrees) or more, or draft_tokens=0")
 
     def generation_kwargs(self) -> dict[str, Any]:
         # pure nucleus sampling: top_k=0 lifts the default top-50 cut of the generation config
@@ -254,13 +264,14 @@ class PhrasePipeline:
         with timer.stage("extract"):
             phrases = [self.candidates(found) for found in documents]
             contexts = [self.phrase_contexts(found, row) for found, row in zip(documents, phrases)]
+            drafters = [self.drafter(found) for found in documents] if c.draft_tokens else None
         gate = {"phrase_contexts": contexts} if c.context_tokens else {}
         with timer.stage("encode"):
             model.set_phrases(phrases if len(prompts) > 1 else phrases[0], mid_sentence_forms=False)
         budgets = max_chars if max_chars is not None else [c.max_chars] * len(prompts) if c.max_chars else None
         with timer.stage("decode"):
             if c.verify_top_k:
-                new, steps = self._generate_verified(prompts, budgets, contexts)
+                new, steps = self._generate_verified(prompts, budgets, contexts, drafters)
             else:
                 new = generate_continuations(
                     model, model.tokenizer(prompts)["input_ids"], pad_id(model.tokenizer), c.max_new_tokens,
@@ -271,8 +282,14 @@ class PhrasePipeline:
         rows = zip(prompts, new, documents, map(len, phrases), steps)
         return [self._result(*fields, shares, row=i if len(prompts) > 1 else None) for i, fields in enumerate(rows)]
 
-    def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None,
-                           contexts: list[dict | None]) -> tuple[list[list[int]], list[int]]:
+    def drafter(self, documents: list[dict]) -> DocumentDrafter:
+        """Drafts of ``config.draft_tokens`` tokens from ``documents`` and the text so far, for one prompt."""
+        texts = [d["text"] for d in documents]
+        return DocumentDrafter(self.model.tokenizer(texts, add_special_tokens=False).input_ids if texts else [],
+                               self.config.draft_tokens, no_repeat_ngram_size=self.config.no_repeat_ngram_size)
+
+    def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None, contexts: list[dict | None],
+                           drafters: list[DocumentDrafter] | None) -> tuple[list[list[int]], list[int]]:
         """Each prompt by ``generate_verified`` with its row's phrases: the new ids and the steps they took."""
         c, model = self.config, self.model
         kwargs = c.generation_kwargs()
@@ -288,6 +305,7 @@ class PhrasePipeline:
                 model, ids, c.max_new_tokens, accept_top_k=c.verify_top_k, do_sample=c.do_sample, top_p=c.top_p,
                 temperature=c.temperature, logits_processor=processors, row=row if len(prompts) > 1 else None,
                 stopping_criteria=character_budget(model, ids.shape[1], budget),
+                draft=drafters[row].draft if drafters else None,
             )
             new.append(out.sequences[0, ids.shape[1] :].tolist())
             steps.append(out.steps)

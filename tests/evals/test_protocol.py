@@ -164,7 +164,7 @@ def test_system_names_are_checked():
     bad = {"bare@5": "caps the phrases", "dynamic@0": "must be positive", "dynamic@x": "must be positive",
            "mwt2": "unknown base", "dynamic:readback=text": "choose from", "bare:readback=tokens": "applies to",
            "dynamic:no_repeat=x": "is not a int", "dynamic:colour=red": "key=value", ",": "names no system",
-           "bare:context=4": "applies to"}
+           "bare:context=4": "applies to", "bare:draft=8": "applies to"}
     for name, message in bad.items():
         with pytest.raises(ValueError, match=message):
             EvalConfig(systems=name)
@@ -318,6 +318,10 @@ def test_systems_without_phrases_sample_with_no_phrase_guard(workspace):
         kwargs = generators.sampling(parse_system(name))
         assert kwargs["do_sample"] and not [k for k in kwargs if k.startswith("phrase_")]
     assert generators._pipeline_config(parse_system("dynamic")).generation_kwargs()["phrase_first_token_mass"] is True
+    drafting = generators._pipeline_config(parse_system("dynamic:verify=1:draft=8"))
+    assert (drafting.verify_top_k, drafting.draft_tokens) == (1, 8)
+    with pytest.raises(ValueError, match="drafts without verified decoding: add :verify=1"):
+        EvalConfig(systems="bare,dynamic:draft=8")
 
 
 def test_the_phrase_count_plot_leaves_out_systems_with_other_settings(tmp_path):

@@ -136,6 +136,21 @@ def test_verified_decoding_keeps_rows_budgets_and_counts_steps(pipeline):
         assert result.steps <= len(pipeline.model.tokenizer(result.text, add_special_tokens=False).input_ids) + 1
 
 
+
+def test_drafts_from_the_retrieved_documents_leave_the_verified_text_as_it_is(pipeline):
+    settings = {"top_k": 1, "max_new_tokens": 40, "verify_top_k": 1, "agreement_top_k": 1, "phrase_max_uses": 0}
+    prompts = ["Which river flows through New York City?", "Where is the Eiffel Tower?"]
+    pipeline.config = PipelineConfig(**settings)
+    plain = pipeline.batch(prompts, max_chars=[40, 60])
+    pipeline.config = PipelineConfig(**settings, draft_tokens=4)
+    drafted = pipeline.batch(prompts, max_chars=[40, 60])
+    assert [r.text for r in drafted] == [r.text for r in plain]  # the same text, cut at the same budget
+    assert all(d.steps <= p.steps for d, p in zip(drafted, plain))
+    tokens = pipeline.model.tokenizer
+    drafter = pipeline.drafter([DOCS[0]])  # what the first prompt's drafts come from
+    after = tokens(" city in the", add_special_tokens=False).input_ids
+    assert drafter.draft(after) == tokens(" United States. New York", add_special_tokens=False).input_ids[:4]
+
 def test_first_token_mass_lets_a_phrase_start_only_where_the_lm_would(pipeline):
     from dynvocab.scoring import DotProductScorer
 

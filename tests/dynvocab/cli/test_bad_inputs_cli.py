@@ -33,6 +33,8 @@ CASES = [
     ("generate a temperature of 0", ["generate", "--index", "/x", "--prompt", "Hi", "--temperature", "0"], "temperature"),
     ("generate min > max length", ["generate", "--index", "/x", "--prompt", "Hi", "--min-length", "5", "--max-length",
                                    "2"], "min_length=5 > max_length=2"),
+    ("generate drafts unverified", ["generate", "--index", "/x", "--prompt", "Hi", "--draft-tokens", "8"],
+     "needs verified decoding: pass verify_top_k=1"),
     ("phrase-vectors a missing index", ["phrase-vectors", "--index", "/no/such/index"], "no saved index"),
     ("phrase-vectors zero documents a shard", ["phrase-vectors", "--index", "/x", "--shard-documents", "0"],
      "--shard-documents 0 must be >= 1"),

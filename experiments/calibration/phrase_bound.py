@@ -1,0 +1,165 @@
+"""How few steps could any phrase rule take? An oracle bound on the evaluation's prompts (#32, #33, a probe)
+
+For each prompt of an evaluation folder, the fewest decoding steps that write a text when every step emits one token
+or one phrase that spells the text there (a shortest path over the text's tokens), with three phrase sets:
+
+- *plugged*: the phrases the pipeline plugs in for the prompt (what any head of the shipped setup chooses from);
+- *documents*: every 2-8 token span of the prompt's top-k documents (any phrase extraction from them);
+- *corpus*: every 2-8 token span of the whole indexed corpus (a CoG-style phrase table).
+
+It bounds the reference (text a perfect model would write) and each system's continuation (``--systems``). A
+second bound reads the bare LM's text as lossless drafting would: a step drafts from n-gram tables (the prompt,
+the documents, the corpus) and keeps the longest draft the LM agrees with, plus the LM's own next token.
+``--step-cost`` times the LM's forward over 1 and over ``--draft-tokens`` new tokens after the prompt, the cost of
+such a step here.
+
+    python experiments/calibration/phrase_bound.py --run results/wikipedia-greedy-h200 --systems bare,bare:no_repeat=4 \
+        --step-cost --output results/phrase-bound/wikipedia.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+Spans = set[tuple[int, ...]]
+
+
+def spans(documents: Iterable[Sequence[int]], lengths: range = range(2, 9)) -> Spans:
+    """Every span of ``lengths`` tokens in ``documents``."""
+    return {tuple(ids[i : i + n]) for ids in documents for n in lengths for i in range(len(ids) - n + 1)}
+
+
+def fewest_steps(ids: Sequence[int], phrases: Spans, longest: int = 8) -> int:
+    """The fewest items (tokens, or ``phrases`` that spell ``ids`` where they stand) that write ``ids``."""
+    best = [0] * (len(ids) + 1)
+    for i in range(len(ids) - 1, -1, -1):
+        best[i] = best[i + 1] + 1
+        for n in range(2, min(longest, len(ids) - i) + 1):
+            if tuple(ids[i : i + n]) in phrases:
+                best[i] = min(best[i], best[i + n] + 1)
+    return best[0]
+
+
+def continuations(documents: Iterable[Sequence[int]], context: int, draft: int) -> dict[tuple[int, ...], Counter]:
+    """``context`` tokens -> how often each following ``draft`` tokens follow them in ``documents``."""
+    table: dict[tuple[int, ...], Counter] = defaultdict(Counter)
+    for ids in documents:
+        for i in range(context, len(ids)):
+            table[tuple(ids[i - context : i])][tuple(ids[i : i + draft])] += 1
+    return table
+
+
+def drafted_steps(prompt: Sequence[int], text: Sequence[int], tables: list[dict[int, dict]], draft: int) -> int:
+    """Steps of lossless drafting over ``text``: each step keeps the longest agreeing draft among ``tables`` (each
+    proposes its most frequent continuation of the longest context it knows; the text so far counts as one more
+    table, prompt-lookup style) and adds the LM's own next token."""
+    ids, t, steps = list(prompt) + list(text), len(prompt), 0
+    while t < len(ids):
+        kept = 0
+        so_far = {n: continuations([ids[:t]], n, draft) for n in (1, 2, 3)}
+        for table in [*tables, so_far]:
+            proposal = _proposal(table, ids[:t])
+            agree = 0
+            while agree < len(proposal) and t + agree < len(ids) and proposal[agree] == ids[t + agree]:
+                agree += 1
+            kept = max(kept, agree)
+        t += kept + 1
+        steps += 1
+    return steps
+
+
+def _proposal(table: dict[int, dict], ids: Sequence[int]) -> tuple[int, ...]:
+    for n in sorted(table, reverse=True):
+        found = table[n].get(tuple(ids[-n:])) if len(ids) >= n else None
+        if found:
+            return found.most_common(1)[0][0]
+    return ()
+
+
+@torch.no_grad()
+def step_cost(model, draft: int, prompt_tokens: int = 100, repeats: int = 15) -> dict[str, float]:
+    """Median ms of the LM's forward over 1 and over ``draft`` new tokens after ``prompt_tokens`` cached ones."""
+    cache = model(torch.randint(0, 1000, (1, prompt_tokens)), use_cache=True).past_key_values
+    timings = {}
+    for n in (1, draft):
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model(torch.randint(0, 1000, (1, n)), past_key_values=cache, use_cache=True)
+            seconds.append(time.perf_counter() - start)
+            cache.crop(-n)
+        timings[f"forward over {n} (ms)"] = 1000 * sorted(seconds)[repeats // 2]
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, help="an evaluation folder with generations.jsonl")
+    parser.add_argument("--systems", default="bare", help="comma-separated systems of the folder to bound as well")
+    parser.add_argument("--data", default="wikipedia", choices=("wikipedia", "licenses"))
+    parser.add_argument("--top-k", type=int, default=32)
+    parser.add_argument("--draft-tokens", type=int, default=8)
+    parser.add_argument("--step-cost", action="store_true", help="time the LM's forward over 1 and over the draft")
+    parser.add_argument("--output", required=True, help="a .json file for the figures")
+    args = parser.parse_args()
+
+    from dynvocab.corpora import corpus_split
+    from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+    from retrieval.loading import demo_index
+    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+
+    torch.manual_seed(0)
+    model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
+    tokenizer = model.tokenizer
+    pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), args.data), PipelineConfig(top_k=args.top_k))
+    corpus = tokenizer([d["text"] for d in corpus_split(args.data)[0]], add_special_tokens=False).input_ids
+    corpus_spans = spans(corpus)
+    corpus_tables = {n: continuations(corpus, n, args.draft_tokens) for n in (1, 2, 3, 4)}
+    rows = [json.loads(line) for line in Path(args.run, "generations.jsonl").read_text().splitlines()]
+    systems = args.systems.split(",")
+    texts = {(row["id"], row["system"]): row["text"] for row in rows if row["system"] in systems}
+    prompts = {row["id"]: row for row in rows}
+    tokens: Counter = Counter()
+    steps: Counter = Counter()
+    for key, row in tqdm(prompts.items(), desc="prompts"):
+        documents = pipeline.index.search_documents([row["prompt"]], k=args.top_k)[0]
+        plugged = set(model.phrase_table.tokenize([p.text for p in pipeline.candidates(documents)]))
+        document_ids = tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids
+        sets = {"plugged": plugged, "documents": spans(document_ids), "corpus": corpus_spans}
+        prompt_ids = tokenizer(row["prompt"]).input_ids
+        document_tables = {n: continuations(document_ids, n, args.draft_tokens) for n in (1, 2, 3, 4)}
+        prompt_tables = {n: continuations([prompt_ids], n, args.draft_tokens) for n in (1, 2, 3)}
+        for name in ["(reference)", *systems]:
+            text = row["reference"] if name == "(reference)" else texts.get((key, name))
+            if text is None:
+                continue
+            ids = tokenizer(text, add_special_tokens=False).input_ids
+            tokens[name] += len(ids)
+            for kind, phrases in sets.items():
+                steps[name, kind] += fewest_steps(ids, phrases)
+            if name != "(reference)":
+                for kind, tables in {"drafts from prompt and text": [prompt_tables],
+                                     "drafts from documents too": [prompt_tables, document_tables],
+                                     "drafts from corpus too": [prompt_tables, document_tables, corpus_tables]}.items():
+                    steps[name, kind] += drafted_steps(prompt_ids, ids, tables, args.draft_tokens)
+    figures = {name: {kind: steps[key] / tokens[name] for key in steps if key[0] == name for kind in [key[1]]}
+               for name in tokens}
+    result = {"run": args.run, "prompts": len(prompts), "top_k": args.top_k, "draft_tokens": args.draft_tokens,
+              "tokens": dict(tokens), "steps_per_token": figures}
+    if args.step_cost:
+        result["step_cost"] = step_cost(model.lm, args.draft_tokens)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
