@@ -95,7 +95,7 @@ def generate_verified(
         if draft is not None and chosen < vocab and chosen not in ends:
             tokens += draft(text + tokens)
         out = model(torch.tensor([tokens], device=ids.device), past_key_values=cache, use_cache=True, phrase_mask=mask)
-        kept = _accepted(_processed(processors, ids, out.logits[0].float(), tokens, vocab), tokens, accept_top_k)
+        kept = _accepted(out.logits[0].float(), tokens, accept_top_k, processors, ids, vocab)
         kept = next((j + 1 for j, t in enumerate(tokens[:kept]) if t in ends), kept)  # nothing after an end of text
         if kept > chosen_length and _stops(stopping, ids, tokens[:kept], scores):  # nor drafted tokens past the stop
             kept = next(j for j in range(chosen_length, kept + 1) if _stops(stopping, ids, tokens[:j], scores))
@@ -112,18 +112,6 @@ def generate_verified(
     return VerifiedOutput(ids, steps, cut)
 
 
-def _processed(processors: LogitsProcessorList, ids: torch.Tensor, logits: torch.Tensor, tokens: list[int],
-               vocab: int) -> torch.Tensor:
-    """``(k, V)``: the token scores after each of ``tokens`` as ``processors`` leave them, each row seeing the text
-    up to its position. ``logits`` ``(k, V + P)``; the last row, scored at the next step, is returned raw."""
-    if not processors or len(tokens) == 1:
-        return logits[:, :vocab]
-    rows = [processors(torch.cat([ids, torch.tensor([tokens[: j + 1]], device=ids.device)], dim=1),
-                       logits[j : j + 1].clone())  # processors may write in place
-            for j in range(len(tokens) - 1)]
-    return torch.cat([*rows, logits[-1:]])[:, :vocab]
-
-
 def _stops(stopping: StoppingCriteriaList, ids: torch.Tensor, tokens: list[int], scores: torch.Tensor) -> bool:
     """Whether ``stopping`` ends the text ``ids`` followed by ``tokens``."""
     if not len(stopping):
@@ -136,14 +124,25 @@ def _spelled(ids: list[int], table, vocab: int) -> list[int]:
     return [t for i in ids for t in (table.token_ids[i - vocab] if i >= vocab else (i,))]
 
 
-def _accepted(lm_logits: torch.Tensor, tokens: list[int], top_k: int) -> int:
+def _accepted(lm_logits: torch.Tensor, tokens: list[int], top_k: int, processors: LogitsProcessorList | None = None,
+              ids: torch.Tensor | None = None, vocab: int | None = None) -> int:
     """How many of ``tokens`` the LM accepts: the first always, then each while it is in the LM's top-k there.
 
-    ``lm_logits`` ``(k, V)``: row ``j`` is the LM's next-token scores after ``tokens[j]``.
+    ``lm_logits`` ``(k, V [+ P])``: row ``j`` is the LM's scores after ``tokens[j]``, its first ``vocab`` columns
+    (default: all) the tokens'. With ``processors`` each row is judged as they leave it, seeing ``ids`` ``(1, L)`` and
+    the tokens up to it, one position at a time and only up to the first token refused.
     """
-    best = lm_logits[:-1].topk(min(top_k, lm_logits.shape[-1]), dim=-1).indices  # (k - 1, top_k)
-    agrees = (best == torch.tensor(tokens[1:], device=best.device)[:, None]).any(-1).tolist()
-    return 1 + next((j for j, ok in enumerate(agrees) if not ok), len(agrees))
+    vocab = vocab or lm_logits.shape[-1]
+    if not processors:
+        best = lm_logits[:-1, :vocab].topk(min(top_k, vocab), dim=-1).indices  # (k - 1, top_k)
+        agrees = (best == torch.tensor(tokens[1:], device=best.device)[:, None]).any(-1).tolist()
+        return 1 + next((j for j, ok in enumerate(agrees) if not ok), len(agrees))
+    for j in range(1, len(tokens)):
+        seen = torch.cat([ids, torch.tensor([tokens[:j]], device=ids.device)], dim=1)
+        scores = processors(seen, lm_logits[j - 1 : j].clone())  # processors may write in place
+        if tokens[j] not in scores[0, :vocab].topk(min(top_k, vocab)).indices.tolist():
+            return j
+    return len(tokens)
 
 
 def _as_ids(tokens: list[int], whole: int | None, table, vocab: int, mask: torch.Tensor | None) -> list[int]:
