@@ -1,11 +1,18 @@
 """Drafts for verified decoding: what followed the text's last tokens in the documents, or earlier in the text.
 
 Retrieved documents hold spans that the LM itself would write next (LLMA, Yang et al. 2023; REST, He et al.
-2023), and so does the text so far (prompt-lookup decoding). ``DocumentDrafter`` finds the longest run of the
-text's last ``context_tokens`` tokens (down to ``min_context``) that stood earlier in the text or in one of the
-documents, and proposes the tokens that followed it there. ``dynvocab.verification.generate_verified`` reads a
-draft back in the same forward call as the token before it and keeps it as far as the LM agrees, so with
-``accept_top_k=1`` the text is the bare LM's own and only the number of steps changes.
+2023), and so does the text so far (prompt-lookup decoding). ``DocumentDrafter`` finds the runs of the text's last
+``context_tokens`` tokens (down to ``min_context``) that stood earlier in the text or in one of the documents, and
+proposes the tokens that followed one of them. ``dynvocab.verification.generate_verified`` reads a draft back in
+the same forward call as the token before it and keeps it as far as the LM agrees, so with ``accept_top_k=1`` the
+text is the bare LM's own and only the number of steps changes.
+
+A forward call over a token and its draft costs more than one over the token alone where the LM's step is
+compute-bound (about 1.6x on a 2-core CPU, hardly more on a GPU: ``dynvocab.verification.draft_step_cost``). So
+the drafter keeps count, per source (the text or the documents, and the context length), of how many tokens its
+proposals would have kept: each proposal is judged against the text once the text has grown past it, whether it
+was drafted or not. It drafts from the source expected to keep most, and only when that is more than
+``step_cost``.
 """
 
 from __future__ import annotations
@@ -14,23 +21,29 @@ from collections.abc import Sequence
 
 __all__ = ["DocumentDrafter"]
 
+#: a source nobody has judged yet counts as one proposal that kept this many tokens
+PRIOR_KEPT = 1.0
+
 
 class DocumentDrafter:
-    """Drafts up to ``draft_tokens`` tokens after the longest matching context in the text or ``documents``.
+    """Drafts up to ``draft_tokens`` tokens after a matching context in the text or ``documents``.
 
-    ``documents`` are token-id sequences, best first: at equal context length, the text so far (its latest
-    occurrence) is preferred, then the earliest occurrence in the best-ranked document. With
+    ``documents`` are token-id sequences, best first; a context's follower is taken from its latest occurrence in
+    the text, or else from its earliest in the best-ranked document. Among the sources that have a follower, the one
+    whose proposals kept most tokens so far is drafted from (ties: the longer context, then the text), if that is
+    more than ``step_cost`` (in one-token forward calls; 0 drafts whenever a context matches). With
     ``no_repeat_ngram_size=n`` a draft stops before the first token that would repeat an n-gram of the text (the guard
-    would refuse it), and a draft left empty gives way to the next candidate.
+    would refuse it).
     """
 
     def __init__(self, documents: Sequence[Sequence[int]], draft_tokens: int = 8, context_tokens: int = 3,
-                 min_context: int = 2, no_repeat_ngram_size: int = 0) -> None:
-        if not 1 <= min_context <= context_tokens or draft_tokens < 1 or no_repeat_ngram_size < 0:
+                 min_context: int = 2, no_repeat_ngram_size: int = 0, step_cost: float = 0.0) -> None:
+        if not 1 <= min_context <= context_tokens or draft_tokens < 1 or no_repeat_ngram_size < 0 or step_cost < 0:
             raise ValueError(f"draft_tokens={draft_tokens} must be >= 1, 1 <= min_context={min_context} <= "
-                             f"context_tokens={context_tokens} and no_repeat_ngram_size={no_repeat_ngram_size} >= 0")
+                             f"context_tokens={context_tokens}, no_repeat_ngram_size={no_repeat_ngram_size} >= 0 and "
+                             f"step_cost={step_cost} >= 0")
         self.draft_tokens, self.sizes = draft_tokens, range(context_tokens, min_context - 1, -1)
-        self.no_repeat = no_repeat_ngram_size
+        self.no_repeat, self.step_cost = no_repeat_ngram_size, step_cost
         self._documents = [list(ids) for ids in documents]
         self._followers: dict[tuple[int, ...], tuple[int, int]] = {}  # context -> (document, where its follower is)
         for d, ids in reversed(list(enumerate(self._documents))):  # the best document's occurrence written last
@@ -40,28 +53,54 @@ class DocumentDrafter:
         self._text: list[int] = []
         self._seen: dict[tuple[int, ...], int] = {}  # context -> where its latest follower in the text is
         self._grams: set[tuple[int, ...]] = set()  # the text's n-grams, n = no_repeat_ngram_size
+        self.kept: dict[tuple[str, int], list[int]] = {}  # (source, context length) -> [proposals judged, tokens kept]
+        self._pending: list[tuple[int, tuple[str, int], list[int]]] = []  # (where, source, proposal) not yet judged
 
     def draft(self, ids: Sequence[int]) -> list[int]:
         """The tokens proposed to follow ``ids`` (the whole text so far, prompt included, as token ids); [] when no
-        context of at least ``min_context`` tokens matches. Successive calls may only extend ``ids``."""
+        context of at least ``min_context`` tokens matches or none is worth a draft. Successive calls may only extend
+        ``ids``."""
         ids = list(ids)
         self._index_text(ids)
+        self._judge(ids)
+        proposals = []
         for n in self.sizes:
             if len(ids) < n:
                 continue
             context = tuple(ids[-n:])
-            candidates = []
             if context in self._seen:
                 start = self._seen[context]
-                candidates.append(self._text[start : start + self.draft_tokens])
+                proposals.append((("text", n), self._text[start : start + self.draft_tokens]))
             if context in self._followers:
                 d, start = self._followers[context]
-                candidates.append(self._documents[d][start : start + self.draft_tokens])
-            for candidate in candidates:
-                proposed = self._unrepeated(ids, candidate)
-                if proposed:
-                    return proposed
-        return []
+                proposals.append((("documents", n), self._documents[d][start : start + self.draft_tokens]))
+        proposals = [(source, trimmed) for source, draft in proposals if (trimmed := self._unrepeated(ids, draft))]
+        self._pending += [(len(ids), source, proposal) for source, proposal in proposals]
+        if not proposals:
+            return []
+        source, proposal = max(proposals, key=lambda p: min(self.expected(p[0]), len(p[1])))  # first of the best
+        if self.step_cost and min(self.expected(source), len(proposal)) <= self.step_cost:
+            return []
+        return proposal
+
+    def expected(self, source: tuple[str, int]) -> float:
+        """Tokens a proposal from ``source`` (``("text" | "documents", context length)``) kept on average so far."""
+        judged, kept = self.kept.get(source, (0, 0))
+        return (kept + PRIOR_KEPT) / (judged + 1)
+
+    def _judge(self, ids: list[int]) -> None:
+        """Count each pending proposal's tokens that the text ``ids`` went on with, once the text shows them all."""
+        pending = []
+        for where, source, proposal in self._pending:
+            written = ids[where : where + len(proposal)]
+            kept = next((j for j, (a, b) in enumerate(zip(proposal, written)) if a != b), len(written))
+            if kept < len(written) or len(written) == len(proposal):
+                counts = self.kept.setdefault(source, [0, 0])
+                counts[0] += 1
+                counts[1] += kept
+            else:
+                pending.append((where, source, proposal))
+        self._pending = pending
 
     def _unrepeated(self, ids: list[int], draft: list[int]) -> list[int]:
         """``draft`` up to the first token that would repeat an n-gram of ``ids`` or of the draft before it."""

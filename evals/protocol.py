@@ -372,6 +372,7 @@ class Generators:
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
             phrase_max_uses=spec.get("uses", c.phrase_max_uses), context_tokens=spec.get("context", c.context_tokens),
             verify_top_k=spec.get("verify", c.verify_top_k), draft_tokens=spec.get("draft", c.draft_tokens),
+            draft_step_cost=spec.get("draft_cost", None),
             first_token_mass=bool(spec.get("mass", c.first_token_mass)),
             phrase_bias=float(spec.get("bias", c.phrase_bias)),
         )  # its generation_kwargs() are what sampling() gives the other systems

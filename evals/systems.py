@@ -39,6 +39,7 @@ OPTIONS = {
     "context": (int, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
     "draft": (int, None, _DYNAMIC),
+    "draft_cost": (float, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
     "checkpoint": (str, None, TRAINED),
     "no_repeat": (int, None, _ALL),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from dynvocab.generation import generate_continuations
 from dynvocab.model import PHRASE_PROCESSOR_ARGS
 from dynvocab.padding import pad_id
 from dynvocab.stopping import CharacterBudget
-from dynvocab.verification import generate_verified
+from dynvocab.verification import draft_step_cost, generate_verified
 
 from .index.dense import DocumentIndex
 from .phrase_vectors import attach_phrase_vectors
@@ -25,6 +26,8 @@ from .phrases import document_contexts, extract_phrases, tokenized_phrases
 from .timing import STAGES, StageTimer
 
 logger = logging.getLogger(__name__)
+#: model -> {draft length: dynvocab.verification.draft_step_cost}, measured at a pipeline's first drafted request
+_DRAFT_STEP_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 #: what ``None`` means for the settings whose best value depends on the decoding, by measurement on 200
@@ -88,6 +91,12 @@ class PipelineConfig:
         metadata={"help": "Verified decoding: after a token, draft up to n tokens that followed the text's last tokens "
                           "in a retrieved document or earlier in the text (dynvocab.drafting; 0: off)."},
     )
+    draft_step_cost: float | None = field(
+        default=None,
+        metadata={"help": "Drafting: what a forward call over a drafted step costs beyond a one-token call, in one-token "
+                          "calls; a source drafts only while its drafts keep more tokens than that (None: measured on "
+                          "this machine at the first request, about 0.6 on a 2-core CPU; 0: always draft)."},
+    )
     max_new_tokens: int = field(default=128, metadata={"help": "Decoding steps at most."})
     max_chars: int | None = field(default=None, metadata={"help": "Stop once the continuation has this many characters."})
     do_sample: bool = field(default=False, metadata={"help": "Sample instead of greedy decoding."})
@@ -122,6 +131,8 @@ class PipelineConfig:
         if min(getattr(self, name) or 0 for name in counts) < 0 or self.repetition_penalty <= 0:
             raise ValueError(", ".join(f"{name}={getattr(self, name)}" for name in counts)
                              + f" must be >= 0 and repetition_penalty={self.repetition_penalty} > 0")
+        if self.draft_step_cost is not None and self.draft_step_cost < 0:
+            raise ValueError(f"draft_step_cost={self.draft_step_cost} must be >= 0 (0: always draft), or None to measure it")
         if self.draft_tokens and not self.verify_top_k:
             raise ValueError(f"draft_tokens={self.draft_tokens} needs verified decoding: pass verify_top_k=1 (a draft "
                              "is kept as far as the LM's own greedy text agrees) or more, or draft_tokens=0")
@@ -284,9 +295,17 @@ class PhrasePipeline:
 
     def drafter(self, documents: list[dict]) -> DocumentDrafter:
         """Drafts of ``config.draft_tokens`` tokens from ``documents`` and the text so far, for one prompt."""
-        texts = [d["text"] for d in documents]
+        c, texts = self.config, [d["text"] for d in documents]
+        cost = c.draft_step_cost
+        if cost is None:  # measured once per model and draft length
+            costs = _DRAFT_STEP_COSTS.setdefault(self.model, {})
+            if c.draft_tokens not in costs:
+                costs[c.draft_tokens] = draft_step_cost(self.model, c.draft_tokens)
+                logger.info("a forward call over a token and %d drafted ones costs %.2fx a one-token call here",
+                            c.draft_tokens, 1 + costs[c.draft_tokens])
+            cost = costs[c.draft_tokens]
         return DocumentDrafter(self.model.tokenizer(texts, add_special_tokens=False).input_ids if texts else [],
-                               self.config.draft_tokens, no_repeat_ngram_size=self.config.no_repeat_ngram_size)
+                               c.draft_tokens, no_repeat_ngram_size=c.no_repeat_ngram_size, step_cost=cost)
 
     def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None, contexts: list[dict | None],
                            drafters: list[DocumentDrafter] | None) -> tuple[list[list[int]], list[int]]:

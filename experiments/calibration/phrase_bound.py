@@ -106,6 +106,8 @@ def main() -> None:
     parser.add_argument("--systems", default="bare", help="comma-separated systems of the folder to bound as well")
     parser.add_argument("--data", default="wikipedia", choices=("wikipedia", "licenses"))
     parser.add_argument("--top-k", type=int, default=32)
+    parser.add_argument("--edges", default="content", choices=("content", "any"), help="the plugged phrases' edges")
+    parser.add_argument("--max-phrases", type=int, default=2048, help="plugged phrases per prompt")
     parser.add_argument("--draft-tokens", type=int, default=8)
     parser.add_argument("--step-cost", action="store_true", help="time the LM's forward over 1 and over the draft")
     parser.add_argument("--output", required=True, help="a .json file for the figures")
@@ -119,7 +121,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
     tokenizer = model.tokenizer
-    pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), args.data), PipelineConfig(top_k=args.top_k))
+    config = PipelineConfig(top_k=args.top_k, edges=args.edges, max_phrases=args.max_phrases)
+    pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), args.data), config)
     corpus = tokenizer([d["text"] for d in corpus_split(args.data)[0]], add_special_tokens=False).input_ids
     corpus_spans = spans(corpus)
     corpus_tables = {n: continuations(corpus, n, args.draft_tokens) for n in (1, 2, 3, 4)}

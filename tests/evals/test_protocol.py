@@ -319,7 +319,8 @@ def test_systems_without_phrases_sample_with_no_phrase_guard(workspace):
         assert kwargs["do_sample"] and not [k for k in kwargs if k.startswith("phrase_")]
     assert generators._pipeline_config(parse_system("dynamic")).generation_kwargs()["phrase_first_token_mass"] is True
     drafting = generators._pipeline_config(parse_system("dynamic:verify=1:draft=8"))
-    assert (drafting.verify_top_k, drafting.draft_tokens) == (1, 8)
+    assert (drafting.verify_top_k, drafting.draft_tokens, drafting.draft_step_cost) == (1, 8, None)  # None: measured
+    assert generators._pipeline_config(parse_system("dynamic:verify=1:draft=8:draft_cost=0")).draft_step_cost == 0.0
     with pytest.raises(ValueError, match="drafts without verified decoding: add :verify=1"):
         EvalConfig(systems="bare,dynamic:draft=8")
 

@@ -3,7 +3,7 @@ import pytest
 
 from dynvocab import DynamicVocabLM, Phrase
 from retrieval import DocumentIndex
-from retrieval.pipeline import PhrasePipeline, PipelineConfig
+from retrieval.pipeline import _DRAFT_STEP_COSTS, PhrasePipeline, PipelineConfig
 
 DOCS = [
     {"id": "nyc", "title": "New York", "text": "New York City is the most populous city in the United States. New York City lies on the Hudson River."},
@@ -146,6 +146,9 @@ def test_drafts_from_the_retrieved_documents_leave_the_verified_text_as_it_is(pi
     drafted = pipeline.batch(prompts, max_chars=[40, 60])
     assert [r.text for r in drafted] == [r.text for r in plain]  # the same text, cut at the same budget
     assert all(d.steps <= p.steps for d, p in zip(drafted, plain))
+    measured = _DRAFT_STEP_COSTS[pipeline.model][4]  # measured on this machine at the first drafted request
+    assert pipeline.drafter([DOCS[0]]).step_cost == measured >= 0.0
+    pipeline.config = PipelineConfig(**settings, draft_tokens=4, draft_step_cost=0.0)  # draft whenever a context matches
     tokens = pipeline.model.tokenizer
     drafter = pipeline.drafter([DOCS[0]])  # what the first prompt's drafts come from
     after = tokens(" city in the", add_special_tokens=False).input_ids
