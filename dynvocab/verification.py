@@ -118,7 +118,7 @@ def generate_verified(
 def draft_step_cost(model, draft_tokens: int, context_tokens: int = 64, repeats: int = 5) -> float:
     """What a forward call over a token and ``draft_tokens`` drafted ones costs beyond a call over the token alone,
     in such one-token calls (median of ``repeats`` pairs after a warm-up, from a cache of ``context_tokens``): about
-    0.6 on a 2-core CPU, where the call is compute-bound, and near 0 on a GPU. ``DocumentDrafter(step_cost=...)``
+    0.6 on a 2-core CPU, where the call is compute-bound (near 0 expected on a GPU). ``DocumentDrafter(step_cost=...)``
     drafts only what is expected to save more than that. Of a ``DynamicVocabLM`` its LM is timed."""
     if draft_tokens < 1:
         raise ValueError(f"draft_tokens={draft_tokens} must be >= 1")
