@@ -78,10 +78,9 @@ class DocumentDrafter:
         self._pending += [(len(ids), source, proposal) for source, proposal in proposals]
         if not proposals:
             return []
-        source, proposal = max(proposals, key=lambda p: min(self.expected(p[0]), len(p[1])))  # first of the best
-        if self.step_cost and min(self.expected(source), len(proposal)) <= self.step_cost:
-            return []
-        return proposal
+        gains = [min(self.expected(source), len(proposal)) for source, proposal in proposals]
+        best = gains.index(max(gains))  # the first of the best
+        return proposals[best][1] if not self.step_cost or gains[best] > self.step_cost else []
 
     def expected(self, source: tuple[str, int]) -> float:
         """Tokens a proposal from ``source`` (``("text" | "documents", context length)``) kept on average so far."""

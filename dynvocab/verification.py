@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-__all__ = ["VerifiedOutput", "draft_step_cost", "generate_verified"]
+__all__ = ["VerifiedOutput", "draft_step_cost", "forward_seconds", "generate_verified"]
 
 
 @dataclass
@@ -115,31 +115,38 @@ def generate_verified(
 
 
 @torch.no_grad()
-def draft_step_cost(model, draft_tokens: int, context_tokens: int = 64, repeats: int = 5) -> float:
-    """What a forward call over a token and ``draft_tokens`` drafted ones costs beyond a call over the token alone,
-    in such one-token calls (median of ``repeats`` pairs after a warm-up, from a cache of ``context_tokens``): about
-    0.6 on a 2-core CPU, where the call is compute-bound (near 0 expected on a GPU). ``DocumentDrafter(step_cost=...)``
-    drafts only what is expected to save more than that. Of a ``DynamicVocabLM`` its LM is timed."""
-    if draft_tokens < 1:
-        raise ValueError(f"draft_tokens={draft_tokens} must be >= 1")
+def forward_seconds(model, lengths: Sequence[int], context_tokens: int = 64, repeats: int = 5) -> dict[int, float]:
+    """Median seconds of the LM's forward call over each of ``lengths`` new tokens after ``context_tokens`` cached
+    ones: ``repeats`` rounds after a warm-up round, the lengths in turn and in reverse order every other round. Of a
+    ``DynamicVocabLM`` its LM is timed."""
     model = getattr(model, "lm", model)
     device = model.device
     vocab = model.get_input_embeddings().num_embeddings
-    ids = torch.randint(0, vocab, (1, context_tokens + draft_tokens + 1), generator=torch.Generator().manual_seed(0)).to(device)
+    ids = torch.randint(0, vocab, (1, context_tokens + max(lengths)), generator=torch.Generator().manual_seed(0)).to(device)
     cache = DynamicCache()
     model(ids[:, :context_tokens], past_key_values=cache, use_cache=True)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    seconds: dict[int, list[float]] = {1: [], draft_tokens + 1: []}
+    seconds: dict[int, list[float]] = {n: [] for n in lengths}
     for repeat in range(repeats + 1):
-        for n in (1, draft_tokens + 1) if repeat % 2 else (draft_tokens + 1, 1):
+        for n in lengths if repeat % 2 else reversed(lengths):
             sync()
             start = time.perf_counter()
             model(ids[:, context_tokens : context_tokens + n], past_key_values=cache, use_cache=True)
             sync()
-            if repeat:  # the first pair warms up
+            if repeat:  # the first round warms up
                 seconds[n].append(time.perf_counter() - start)
             cache.crop(-n)
-    return max(0.0, statistics.median(seconds[draft_tokens + 1]) / statistics.median(seconds[1]) - 1.0)
+    return {n: statistics.median(times) for n, times in seconds.items()}
+
+
+def draft_step_cost(model, draft_tokens: int, context_tokens: int = 64, repeats: int = 5) -> float:
+    """What a forward call over a token and ``draft_tokens`` drafted ones costs beyond a call over the token alone,
+    in such one-token calls (``forward_seconds``): about 0.6 on a 2-core CPU, where the call is compute-bound (near 0
+    expected on a GPU). ``DocumentDrafter(step_cost=...)`` drafts only what is expected to save more than that."""
+    if draft_tokens < 1:
+        raise ValueError(f"draft_tokens={draft_tokens} must be >= 1")
+    seconds = forward_seconds(model, (1, draft_tokens + 1), context_tokens, repeats)
+    return max(0.0, seconds[draft_tokens + 1] / seconds[1] - 1.0)
 
 
 def _stops(stopping: StoppingCriteriaList, ids: torch.Tensor, tokens: list[int], scores: torch.Tensor) -> bool:

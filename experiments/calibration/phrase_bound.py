@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -84,20 +83,12 @@ def _proposal(table: dict[int, dict], ids: Sequence[int]) -> tuple[int, ...]:
     return ()
 
 
-@torch.no_grad()
 def step_cost(model, draft: int, prompt_tokens: int = 100, repeats: int = 15) -> dict[str, float]:
     """Median ms of the LM's forward over 1 and over ``draft`` new tokens after ``prompt_tokens`` cached ones."""
-    cache = model(torch.randint(0, 1000, (1, prompt_tokens)), use_cache=True).past_key_values
-    timings = {}
-    for n in (1, draft):
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model(torch.randint(0, 1000, (1, n)), past_key_values=cache, use_cache=True)
-            seconds.append(time.perf_counter() - start)
-            cache.crop(-n)
-        timings[f"forward over {n} (ms)"] = 1000 * sorted(seconds)[repeats // 2]
-    return timings
+    from dynvocab.verification import forward_seconds
+
+    seconds = forward_seconds(model, (1, draft), context_tokens=prompt_tokens, repeats=repeats)
+    return {f"forward over {n} (ms)": 1000 * s for n, s in seconds.items()}
 
 
 def main() -> None:
