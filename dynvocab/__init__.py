@@ -4,6 +4,7 @@ from .agreement import PhraseAgreement
 from .config import DynamicVocabConfig
 from .context_gate import PhraseContextGate, left_contexts
 from .model import DynamicVocabLM
+from .packed_linear import pack_linear_layers, unpack_linear_layers
 from .phrase_encoder import PhraseEncoder
 from .phrase_table import Phrase, PhraseTable
 from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
@@ -31,4 +32,6 @@ __all__ = [
     "VerifiedOutput",
     "generate_verified",
     "left_contexts",
+    "pack_linear_layers",
+    "unpack_linear_layers",
 ]

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from .assets import resolve_model
 from .atomic import recover
 from .model import DynamicVocabLM
+from .packed_linear import pack_linear_layers
 
 __all__ = ["LM_ADAPTER", "LM_WEIGHTS", "SHIPPED_CHECKPOINTS", "SHIPPED_ENCODER", "SHIPPED_MWT", "load_dynamic_lm", "load_lm"]
 
@@ -29,9 +30,16 @@ SHIPPED_MWT = SHIPPED_CHECKPOINTS / "smollm2-wikipedia-mwt"
 
 
 def load_lm(name: str) -> tuple[torch.nn.Module, object]:
+    """The causal LM (float32, eval mode) and its tokenizer, by Hub name, path or offline alias.
+
+    Its linear layers run on prepacked weights at CPU inference (:mod:`dynvocab.packed_linear`); training and
+    GPUs take torch's own path.
+    """
     path = resolve_model(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), tokenizer
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    pack_linear_layers(lm)
+    return lm, tokenizer
 
 
 def load_dynamic_lm(name: str, checkpoint: str | Path | None) -> DynamicVocabLM:

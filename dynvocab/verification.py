@@ -115,6 +115,7 @@ def generate_verified(
 
 
 @torch.no_grad()
+@torch.no_grad()
 def forward_seconds(model, lengths: Sequence[int], context_tokens: int = 64, repeats: int = 5) -> dict[int, float]:
     """Median seconds of the LM's forward call over each of ``lengths`` new tokens after ``context_tokens`` cached
     ones: ``repeats`` rounds after a warm-up round, the lengths in turn and in reverse order every other round. Of a
