@@ -1,7 +1,7 @@
 """Linear layers that run on a oneDNN-prepacked copy of their weight at CPU inference.
 
 torch's float32 ``nn.Linear`` on a CPU calls MKL, whose GEMM over 2 to 8 rows costs 2 to 3x its GEMV over one:
-a forward over a phrase's or a draft's few tokens then costs 1.3 to 1.6x a one-token step. oneDNN with the
+a forward over a phrase's or a draft's few tokens then costs 1.35 to 2x a one-token step. oneDNN with the
 weight reordered once into its blocked layout runs 1 to 8 rows in about the time of one, and one row faster than
 MKL's GEMV (``examples/benchmark_packed_linear.py`` prints both on the machine at hand). IPEX did this prepacking
 but stopped at torch 2.8, and ``torch.compile``'s freezing recompiles per input shape; so the layer calls torch's
@@ -22,57 +22,64 @@ logger = logging.getLogger(__name__)
 
 #: the row count oneDNN is told to expect: 2 keeps one token as fast as a GEMV and 8 rows close to it
 ROWS_HINT = 2
+#: whether this torch was built with oneDNN (x86 and most ARM wheels are)
+ONEDNN = torch.backends.mkldnn.is_available()
+#: where a module keeps its packed copy, as ``(data pointer, version, packed weight)`` in its ``__dict__``
+PACKED = "_packed"
 
 
 class PackedLinear(nn.Linear):
-    """An ``nn.Linear`` whose float32 CPU inference runs on a prepacked copy of its weight.
+    """An ``nn.Linear`` whose float32 CPU inference runs on a oneDNN-prepacked copy of its weight.
 
-    The copy is made at the first such call and again whenever the weight changes (its storage or version
-    counter). Training (a gradient to compute), other devices and dtypes take ``nn.Linear``'s own path.
+    The copy is made at the first such call and again whenever the weight changes (its storage, version counter or
+    shape). Training (a gradient to compute), autocast, other devices and dtypes take ``nn.Linear``'s own path.
     Parameters and state dict are ``nn.Linear``'s, so saving, peft and ``.to()`` see a plain layer. The copy
-    costs the weight's size in memory once the layer has run on a CPU.
+    costs the weight's size in memory once the layer has run on a CPU. A write through ``weight.data`` bypasses the
+    version counter (peft's ``merge_adapter`` does that): call :func:`pack_linear_layers` again after it.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``(..., in_features)`` -> ``(..., out_features)``."""
         weight = self.weight
         if (
-            weight.device.type != "cpu"
-            or x.device.type != "cpu"
-            or weight.dtype != torch.float32
-            or x.dtype != torch.float32
+            x.dtype is not torch.float32
+            or weight.dtype is not torch.float32
+            or not (x.is_cpu and weight.is_cpu and ONEDNN)
             or x.numel() == 0
+            or torch.is_autocast_enabled("cpu")
             or (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
         ):
-            if weight.device.type != "cpu":
-                self.__dict__.pop("_packed", None)  # a copy from a CPU run is of no use now
+            if not weight.is_cpu:
+                self.__dict__.pop(PACKED, None)  # a copy from a CPU run is of no use now
             return F.linear(x, weight, self.bias)
-        key = (weight.data_ptr(), weight._version)
-        packed = self.__dict__.get("_packed")
-        if packed is None or packed[0] != key:
-            packed = key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
-            self.__dict__["_packed"] = packed
-        rows = torch.ops.mkldnn._linear_pointwise(
-            x.reshape(-1, x.shape[-1]).contiguous(), packed[1], self.bias, "none", [], ""
-        )
-        return rows.reshape(*x.shape[:-1], self.out_features)
+        # this runs ~200 times a decoding step: the checks above and below stay cheap attribute reads
+        packed = self.__dict__.get(PACKED)
+        pointer, version = weight.data_ptr(), weight._version
+        if packed is None or packed[0] != pointer or packed[1] != version or packed[2].shape != weight.shape:
+            packed = pointer, version, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
+            self.__dict__[PACKED] = packed
+        x = x if x.is_contiguous() else x.contiguous()
+        return torch.ops.mkldnn._linear_pointwise(x, packed[2], self.bias, "none", [], "")
 
     def __getstate__(self) -> dict:
-        """Pickling and ``copy.deepcopy`` leave the packed copy behind: it is remade on the next call."""
-        return {name: value for name, value in super().__getstate__().items() if name != "_packed"}
+        """Pickling and ``copy.deepcopy`` leave the packed copy behind (oneDNN's layout has no storage to save):
+        it is remade on the next call."""
+        return {name: value for name, value in super().__getstate__().items() if name != PACKED}
 
 
 def pack_linear_layers(module: nn.Module) -> int:
     """Turn every plain ``nn.Linear`` inside ``module`` into a :class:`PackedLinear`, in place; returns how many.
 
-    Nothing is copied until a layer runs on a CPU in float32 without a gradient. Where torch was built without
-    oneDNN, nothing changes (0).
+    Nothing is copied until a layer runs on a CPU in float32 without a gradient; layers packed before drop their
+    copies (to be made again from the weights as they are now). Where torch was built without oneDNN, nothing
+    changes (0).
     """
     if not torch.backends.mkldnn.is_available():
         logger.info("torch has no oneDNN here: linear layers keep torch's own CPU path")
         return 0
-    layers = [layer for layer in module.modules() if type(layer) is nn.Linear]
+    layers = [layer for layer in module.modules() if type(layer) in (nn.Linear, PackedLinear)]
     for layer in layers:
+        layer.__dict__.pop(PACKED, None)
         layer.__class__ = PackedLinear
     return len(layers)
 
@@ -81,6 +88,6 @@ def unpack_linear_layers(module: nn.Module) -> int:
     """Undo :func:`pack_linear_layers`: every :class:`PackedLinear` becomes a plain ``nn.Linear`` again."""
     layers = [layer for layer in module.modules() if type(layer) is PackedLinear]
     for layer in layers:
-        layer.__dict__.pop("_packed", None)
+        layer.__dict__.pop(PACKED, None)
         layer.__class__ = nn.Linear
     return len(layers)

@@ -115,7 +115,6 @@ def generate_verified(
 
 
 @torch.no_grad()
-@torch.no_grad()
 def forward_seconds(model, lengths: Sequence[int], context_tokens: int = 64, repeats: int = 5) -> dict[int, float]:
     """Median seconds of the LM's forward call over each of ``lengths`` new tokens after ``context_tokens`` cached
     ones: ``repeats`` rounds after a warm-up round, the lengths in turn and in reverse order every other round. Of a
@@ -142,8 +141,9 @@ def forward_seconds(model, lengths: Sequence[int], context_tokens: int = 64, rep
 
 def draft_step_cost(model, draft_tokens: int, context_tokens: int = 64, repeats: int = 5) -> float:
     """What a forward call over a token and ``draft_tokens`` drafted ones costs beyond a call over the token alone,
-    in such one-token calls (``forward_seconds``): about 0.6 on a 2-core CPU, where the call is compute-bound (near 0
-    expected on a GPU). ``DocumentDrafter(step_cost=...)`` drafts only what is expected to save more than that."""
+    in such one-token calls (``forward_seconds``): about 0.3 on a 2-core CPU with the loader's prepacked linear layers
+    (0.6 on torch's own MKL path; near 0 expected on a GPU). ``DocumentDrafter(step_cost=...)`` drafts only what is
+    expected to save more than that."""
     if draft_tokens < 1:
         raise ValueError(f"draft_tokens={draft_tokens} must be >= 1")
     seconds = forward_seconds(model, (1, draft_tokens + 1), context_tokens, repeats)

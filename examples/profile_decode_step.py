@@ -4,7 +4,8 @@ Both decode the same prompts greedily with the pipeline's safeguards (``no_repea
 also with its phrase rules). The dynamic model's phrases get a bias of -1e4, so it emits none and writes exactly
 the bare LM's tokens: what is left is the cost of carrying the phrases. The two run in turn on each prompt, so a
 busy machine slows both alike. Prints the median time per step and the ratio (target: at most 1.05), then the
-functions whose own time per step grows most from the bare LM to the dynamic model (cProfile of both).
+functions whose own time per step grows most from the bare LM to the dynamic model (cProfile of both, in a second
+run of each prompt: the profiler slows Python calls, so the timed run goes without it).
 
 Then the read-back: after each prompt, the step that follows an emitted phrase of ``k`` tokens (the dynamic model's
 ``prepare_inputs_for_generation`` and forward, which feed the phrase's ``k`` tokens at once and score every
@@ -87,15 +88,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--readback-phrases", type=int, default=8, help="phrases per prompt timed for the read-back")
     parser.add_argument("--readback-repeats", type=int, default=4, help="paired timings per phrase")
     parser.add_argument("--workdir", default=".cache/demo", help="where `make demo` keeps its index")
+    parser.add_argument("--linear", choices=("packed", "plain"), default="packed",
+                        help="the LM's linear layers: prepacked for oneDNN (the library's loader) or torch's own")
     parser.add_argument("--output", help="also write the printed summary here")
     args = parser.parse_args(argv)
 
+    from dynvocab import unpack_linear_layers
     from dynvocab.corpora import corpus_split
     from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
     from retrieval.loading import demo_index
     from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
+    if args.linear == "plain":
+        unpack_linear_layers(model.lm)
     pipeline = PhrasePipeline(model, demo_index(Path(args.workdir), "wikipedia"), PipelineConfig(phrase_bias=-1e4))
     tokenizer = model.tokenizer
     leads = [lead for lead in corpus_split("wikipedia")[1] if len(tokenizer(lead["text"]).input_ids) > 32]
@@ -106,20 +112,21 @@ def main(argv: list[str] | None = None) -> dict:
     profiles = {"bare": cProfile.Profile(), "dynamic": cProfile.Profile()}
     phrases, differ, pairs = 0, 0, []
     with torch.no_grad():
-        for prompt in prompts:
+        for index, prompt in enumerate(prompts):
             found = pipeline.candidates(pipeline.index.search_documents([prompt], k=pipeline.config.top_k)[0])
             model.set_phrases(found, mid_sentence_forms=False)
             phrases += len(found)
             ids = tokenizer(prompt, return_tensors="pt").input_ids
             outputs = {}
-            for name in ("bare", "dynamic"):
+            for name in ("bare", "dynamic") if index % 2 == 0 else ("dynamic", "bare"):  # neither always first
                 generate = model.lm.generate if name == "bare" else model.generate
-                start = time.perf_counter()
-                profiles[name].enable()
-                out = generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps,
-                               **(bare_settings if name == "bare" else settings))
-                profiles[name].disable()
+                kwargs = bare_settings if name == "bare" else settings
+                start = time.perf_counter()  # timed without the profiler, which slows Python calls, not the LM
+                out = generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **kwargs)
                 per_step[name].append((time.perf_counter() - start) / (out.shape[1] - ids.shape[1]))
+                profiles[name].enable()
+                generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **kwargs)
+                profiles[name].disable()
                 outputs[name] = out[0].tolist()
                 if name == "dynamic" and int((out >= model.vocab_size).sum()):
                     raise RuntimeError("a phrase was emitted although its bias is -1e4: the comparison is off")
@@ -132,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
     steps = len(prompts) * args.steps
     lines = [
         f"{len(prompts)} held-out prompts x {args.steps} steps, {phrases / len(prompts):.0f} phrases per prompt, "
-        f"{torch.get_num_threads()} threads; the dynamic model wrote the bare LM's tokens on "
+        f"{torch.get_num_threads()} threads, {args.linear} linear layers; the dynamic model wrote the bare LM's tokens on "
         f"{len(prompts) - differ} of {len(prompts)} prompts",
         f"bare LM step: median {1e3 * bare:.2f} ms; dynamic step, no phrase emitted: median {1e3 * dynamic:.2f} ms",
         f"dynamic / bare: {dynamic / bare:.3f} (target <= {TARGET}: {'met' if dynamic / bare <= TARGET else 'missed'})",

@@ -23,7 +23,7 @@ def _packed_layer(bias: bool = True) -> tuple[nn.Linear, nn.Linear]:
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(1, 1, 24), (2, 5, 24), (9, 24), (24,)])
+@pytest.mark.parametrize("shape", [(1, 1, 24), (2, 5, 24), (2, 3, 4, 24), (9, 24), (24,)])
 def test_packed_layer_computes_what_linear_computes(shape, bias):
     plain, packed = _packed_layer(bias)
     x = torch.randn(shape)
@@ -44,6 +44,26 @@ def test_a_changed_weight_is_packed_again():
         torch.testing.assert_close(packed(x), plain(x), atol=1e-5, rtol=1e-5)
         packed.weight = nn.Parameter(torch.zeros_like(packed.weight))  # a new tensor altogether
         torch.testing.assert_close(packed(x), packed.bias.expand(3, -1))
+
+
+def test_a_weight_changed_behind_the_version_counter_is_seen_after_packing_again():
+    plain, packed = _packed_layer()
+    x = torch.randn(3, 24)
+    with torch.no_grad():
+        packed(x)
+        for layer in (plain, packed):
+            layer.weight.data += 1.0  # as peft's merge_adapter does: no version bump
+        assert pack_linear_layers(packed) == 1
+        torch.testing.assert_close(packed(x), plain(x), atol=1e-5, rtol=1e-5)
+
+
+def test_autocast_takes_torchs_path():
+    plain, packed = _packed_layer()
+    x = torch.randn(2, 24)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got, expected = packed(x), plain(x)
+    assert got.dtype == expected.dtype == torch.bfloat16 and "_packed" not in packed.__dict__
+    torch.testing.assert_close(got, expected)
 
 
 def test_training_takes_torchs_path_with_gradients():
@@ -94,6 +114,7 @@ def test_a_packed_lm_decodes_as_the_plain_one(llama, tokenizer):
         expected = plain.generate(ids, max_new_tokens=12, do_sample=False)
         got = llama.generate(ids, max_new_tokens=12, do_sample=False)
     assert got.tolist() == expected.tolist()
+    assert all("_packed" in m.__dict__ for m in llama.modules() if type(m) is PackedLinear)  # the packed path ran
 
 
 def test_a_dynamic_model_trains_through_a_packed_lm(llama, tokenizer):

@@ -64,8 +64,15 @@ def test_phrase_cache_benchmark(capsys):
 @pytest.mark.slow
 def test_decode_step_profile(capsys):
     """Real assets: one prompt, four steps; the dynamic model emits no phrase, so its tokens are the bare LM's."""
-    result = load("profile_decode_step").main(["--num-prompts", "1", "--steps", "4", "--top", "5"])
+    result = load("profile_decode_step").main(["--num-prompts", "1", "--steps", "4", "--top", "5", "--linear", "plain"])
     assert result["bare_s"] > 0 and result["dynamic_s"] > 0 and "own time" in capsys.readouterr().out
+
+
+def test_packed_linear_benchmark(tiny_lm_dir, capsys):
+    figures = load("benchmark_packed_linear").main(["--model", str(tiny_lm_dir), "--rounds", "1", "--prompts", "2", "--steps", "3"])
+    assert set(figures["forward_ms"]) == {"packed", "plain"} and figures["forward_over_one_token"]["plain"][1] == 1.0
+    assert figures["greedy_equal_tokens"] == "2/2" and figures["greedy_packed_over_plain"] > 0
+    assert '"forward_packed_over_plain"' in capsys.readouterr().out
 
 
 def test_serving_benchmark(tiny_lm_dir, tmp_path, capsys):
