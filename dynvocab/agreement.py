@@ -66,7 +66,9 @@ class PhraseAgreement(LogitsProcessor):
         best = scores[:, : self.vocab_size].topk(min(self.top_k, self.vocab_size), dim=-1).indices
         allowed = torch.zeros(scores.shape[0], self.vocab_size, dtype=torch.bool, device=scores.device)
         allowed.scatter_(1, best, True)
-        agrees = allowed[:, self.first_tokens.to(scores.device)]
+        if self.first_tokens.device != scores.device:  # moved once, not copied to the device at every step
+            self.first_tokens = self.first_tokens.to(scores.device)
+        agrees = allowed[:, self.first_tokens]
         phrase_scores = scores[:, self.vocab_size : self.vocab_size + phrases].masked_fill(~agrees, float("-inf"))
         return torch.cat([scores[:, : self.vocab_size], phrase_scores, scores[:, self.vocab_size + phrases :]], dim=1)
 

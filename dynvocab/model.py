@@ -26,7 +26,7 @@ from .phrase_cache import PhraseVectorCache
 from .phrase_store import PhraseVectorStore, encoder_fingerprint
 from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
 from .precision import encode_autocast_dtype
-from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty, check_no_repeat_scope
+from .repetition import PhraseMaxUses, PhraseNGrams, PhraseNoRepeatNGram, PhraseRepetitionPenalty, check_no_repeat_scope
 from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
 from .serialization import load, save, tokenizer_fingerprint
@@ -85,6 +85,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         self._store_key: tuple | None = None  # the encoder version and dtypes the store was checked against
         self._expansion_key: tuple | None = None  # the table version and device the read-back's lookup was built for
         self._expansion_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._ngrams_key: tuple | None = None  # the table version and n the no-repeat rule's lookups were built for
+        self._ngrams: PhraseNGrams | None = None
         self._lm_takes_logits_to_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
         self._warned_readback: str | None = None  # generate() warns once per read-back the encoder was not trained for
         self._generating_width: int | None = None  # the table's size when the running generate() began
@@ -322,7 +324,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         embeddings = self.lm.get_input_embeddings()
         if not input_ids.numel():
             return embeddings(input_ids)
-        smallest, largest = (int(bound) for bound in torch.aminmax(input_ids))  # one device sync for both checks
+        smallest, largest = torch.stack(torch.aminmax(input_ids)).tolist()  # one device sync for both checks
         if smallest < 0:
             raise ValueError(f"input id {smallest} is negative; ids are 0..V-1 for tokens and V.. for phrases")
         if largest < self.vocab_size:
@@ -371,7 +373,9 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
                 the slots each logical step takes in the cache, recorded on it.
         """
         vec_in, vec_out = phrase_vectors if phrase_vectors is not None else self._cached_vectors()
-        if inputs_embeds is None:
+        if inputs_embeds is None and readback_widths is not None:  # the token read-back's own tokens, all < V
+            inputs_embeds = self.lm.get_input_embeddings()(input_ids)
+        elif inputs_embeds is None:
             inputs_embeds = self.embed(input_ids, vec_in)
         if phrase_mask is None and self.phrase_table.num_rows is not None and phrase_vectors is None:
             phrase_mask = self._default_row_mask(inputs_embeds.shape[0])
@@ -477,6 +481,13 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         }
         return inputs | {k: v for k, v in kwargs.items() if k not in ("labels",)}
 
+    def _phrase_ngrams(self, n: int) -> PhraseNGrams:
+        """The phrase table's n-gram lookups for ``no_repeat_ngram_size=n``, rebuilt when the table changes."""
+        key = (self.phrase_table.version, n)
+        if self._ngrams_key != key:
+            self._ngrams, self._ngrams_key = PhraseNGrams(n, self.phrase_table.token_ids), key
+        return self._ngrams
+
     def _expansions(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """The phrase table's tokens for the token read-back, rebuilt when the table changes."""
         key = (self.phrase_table.version, device)  # one integer per step, not the whole table
@@ -537,7 +548,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
                 f"generate() got prompt ids of shape {tuple(ids.shape)}: a prompt needs at least one token in a (batch, "
                 "length) tensor; pass ids[None] for one prompt, or start an empty prompt with the tokenizer's BOS token"
             )
-        smallest, largest = (int(bound) for bound in torch.aminmax(ids))
+        smallest, largest = torch.stack(torch.aminmax(ids)).tolist()
         limit = self.vocab_size + len(self.phrase_table)
         if smallest < 0 or largest >= limit:
             bad = smallest if smallest < 0 else largest
@@ -576,7 +587,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         if phrase_max_uses:
             processors.append(PhraseMaxUses(phrase_max_uses, vocab))
         if no_repeat_ngram_size:
-            processors.append(PhraseNoRepeatNGram(no_repeat_ngram_size, vocab, token_ids, no_repeat_ngram_scope))
+            processors.append(PhraseNoRepeatNGram(no_repeat_ngram_size, vocab, token_ids, no_repeat_ngram_scope,
+                                                  self._phrase_ngrams(no_repeat_ngram_size)))
         if repetition_penalty is not None and repetition_penalty != 1.0:
             processors.append(PhraseRepetitionPenalty(repetition_penalty, vocab, token_ids))
         if phrase_first_token_mass:

@@ -45,9 +45,7 @@ def expansion_table(token_ids: list[tuple[int, ...]], device: torch.device) -> t
 
 def expansion_lengths(ids: torch.Tensor, vocab_size: int, lengths: torch.Tensor) -> torch.Tensor:
     """``(B, T)`` mixed ids -> ``(B, T)`` tokens each id stands for (1 for a token)."""
-    is_phrase = ids >= vocab_size
-    if not bool(is_phrase.any()):
-        return torch.ones_like(ids)
+    is_phrase = ids >= vocab_size  # no early exit on "no phrase": asking would wait for a GPU at every step
     return torch.where(is_phrase, lengths[(ids - vocab_size).clamp(min=0)], torch.ones_like(ids))
 
 
@@ -76,23 +74,24 @@ def physical_inputs(
     counts = expansion_lengths(ids, vocab_size, lengths)  # (B, L)
     new_widths = counts[:, cached:].amax(dim=0) if steps > cached else counts.new_zeros(0)
     widths = new_widths if cached == 0 else torch.cat([cached_widths.to(device), new_widths])
+    # the one read from the device per step: the new steps' widths and the cached slots (shapes of what follows)
+    *new_host, cached_slots = torch.cat([new_widths, widths[:cached].sum().view(1)]).tolist()
+    new_slots = sum(new_host)
     # every slot: the logical step it belongs to and its offset inside that step
-    step_of_slot = torch.repeat_interleave(torch.arange(steps, device=device), widths)
+    step_of_slot = torch.repeat_interleave(torch.arange(steps, device=device), widths,
+                                           output_size=cached_slots + new_slots)
     starts = torch.cumsum(widths, 0) - widths
     offset = torch.arange(step_of_slot.numel(), device=device) - starts[step_of_slot]
     first_real = (widths[step_of_slot] - counts[:, step_of_slot])  # (B, S): filler slots come first
     slot_mask = (offset >= first_real) & mask[:, step_of_slot].bool()
     positions = (slot_mask.long().cumsum(-1) - 1).clamp(min=0)
 
-    new_slots = int(new_widths.sum())
-    new_step = step_of_slot[-new_slots:] if new_slots else step_of_slot[:0]
-    new_ids = ids[:, new_step]
+    if not new_slots:
+        return PhysicalInputs(ids[:, :0], slot_mask.long(), positions[:, :0], widths)
+    new_ids = ids[:, step_of_slot[-new_slots:]]
     new_offset = offset[-new_slots:] - first_real[:, -new_slots:]  # position inside the id's own tokens
-    is_phrase = new_ids >= vocab_size
-    tokens = new_ids.clone()
-    if bool(is_phrase.any()):
-        phrase = (new_ids - vocab_size).clamp(min=0)
-        column = (table.shape[1] - lengths[phrase] + new_offset).clamp(0, table.shape[1] - 1)
-        tokens = torch.where(is_phrase, table[phrase, column], new_ids)
-    tokens = tokens.masked_fill(~slot_mask[:, -new_slots:] if new_slots else tokens.bool(), 0)
-    return PhysicalInputs(tokens, slot_mask.long(), positions[:, -new_slots:] if new_slots else positions[:, :0], widths)
+    phrase = (new_ids - vocab_size).clamp(min=0)
+    column = (table.shape[1] - lengths[phrase] + new_offset).clamp(0, table.shape[1] - 1)
+    tokens = torch.where(new_ids >= vocab_size, table[phrase, column], new_ids)
+    tokens = tokens.masked_fill(~slot_mask[:, -new_slots:], 0)
+    return PhysicalInputs(tokens, slot_mask.long(), positions[:, -new_slots:], widths)

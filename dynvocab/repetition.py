@@ -6,9 +6,10 @@ logits processors expand every row's mixed ids into LM tokens first; ``generate`
 of ``DynamicVocabLM`` uses them in place of the built-in ones when those arguments
 are given.
 
-n-grams are compared through an integer hash ``sum(t_i * V**(n-1-i))``; it is exact
-while ``V**n < 2**63`` (GPT-2 and SmolLM2 vocabularies up to n = 4) and a wrapping
-hash beyond that, where a spurious match is possible but vanishingly rare.
+The penalty compares token runs through an integer hash ``sum(t_i * V**(n-1-i))``; it is
+exact while ``V**n < 2**63`` (GPT-2 and SmolLM2 vocabularies up to n = 4) and a wrapping
+hash beyond that, where a spurious match is possible but vanishingly rare. The n-gram
+rule compares tuples of tokens, exactly.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from transformers import LogitsProcessor
 
 from .readback import expansion_table
 
-__all__ = ["NO_REPEAT_SCOPES", "PhraseMaxUses", "PhraseNoRepeatNGram", "PhraseRepetitionPenalty", "check_no_repeat_scope"]
+__all__ = ["NO_REPEAT_SCOPES", "PhraseMaxUses", "PhraseNGrams", "PhraseNoRepeatNGram", "PhraseRepetitionPenalty",
+           "check_no_repeat_scope"]
 
 
 class PhraseMaxUses(LogitsProcessor):
@@ -43,16 +45,152 @@ class PhraseMaxUses(LogitsProcessor):
         return torch.cat([scores[:, : self.vocab_size], scores[:, self.vocab_size :].masked_fill(used_up, float("-inf"))], 1)
 
 
-class _PhraseAware(LogitsProcessor):
-    """Shared state: the vocabulary size and every phrase's tokens (right-aligned, padded with -1)."""
+#: what ``PhraseNoRepeatNGram`` counts as already written
+NO_REPEAT_SCOPES = ("all", "new")
 
-    def __init__(self, vocab_size: int, phrase_token_ids: list[tuple[int, ...]]) -> None:
-        self.vocab_size = vocab_size
+
+class PhraseNoRepeatNGram(LogitsProcessor):
+    """``no_repeat_ngram_size`` over the tokens phrases spell: no id may complete an n-gram the row already has.
+
+    A token is banned as usual; a phrase is banned when any n-gram that its tokens would
+    end (with the row's last ``n - 1`` tokens before it) is already in the row.
+    ``scope="all"`` counts the prompt's n-grams too (``transformers``' rule); ``scope="new"``
+    counts only what this ``generate`` call writes (the columns after those of its first
+    call), so an answer may copy its documents from the prompt but never repeat itself.
+
+    Each row keeps a record that a step extends by the n-grams it adds, as ``transformers``'
+    processor keeps its n-gram dicts: the phrases holding a written n-gram inside them, and
+    for every start of a written n-gram what followed it, so a step looks up the row's last
+    tokens instead of comparing every phrase's n-grams with the text. A row that does not
+    extend the last one seen (beam search reorders rows, verified decoding goes back) is
+    rebuilt.
+    """
+
+    def __init__(self, ngram_size: int, vocab_size: int, phrase_token_ids: list[tuple[int, ...]], scope: str = "all",
+                 phrase_ngrams: "PhraseNGrams | None" = None) -> None:
+        if not isinstance(ngram_size, int) or ngram_size < 1:
+            raise ValueError(f"no_repeat_ngram_size must be a positive int, got {ngram_size!r}")
+        check_no_repeat_scope(scope)
+        self.n, self.scope, self.vocab_size = ngram_size, scope, vocab_size
+        self.phrase_token_ids = [tuple(ids) for ids in phrase_token_ids]
+        if phrase_ngrams is None or phrase_ngrams.n != ngram_size or len(phrase_ngrams) != len(self.phrase_token_ids):
+            phrase_ngrams = PhraseNGrams(ngram_size, self.phrase_token_ids)
+        self.phrase_ngrams = phrase_ngrams
+        self._prompt_width: int | None = None
+        self._rows: dict[int, _NGramRecord] = {}
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._prompt_width is None:
+            self._prompt_width = input_ids.shape[1] if self.scope == "new" else 0
+        rows, columns = [], []
+        for row, ids in enumerate(input_ids[:, self._prompt_width :].tolist()):
+            banned = self._banned(self._record(row, ids))
+            rows += [row] * len(banned)
+            columns += banned
+        if not columns:
+            return scores
+        where = torch.tensor([rows, columns], dtype=torch.long).to(scores.device)
+        return scores.index_put((where[0], where[1]), scores.new_full((), float("-inf")))
+
+    def _record(self, row: int, ids: list[int]) -> "_NGramRecord":
+        """Row ``row``'s record, extended to ``ids`` (mixed ids), or rebuilt if ``ids`` does not extend it."""
+        record = self._rows.get(row)
+        if record is None or ids[: len(record.ids)] != record.ids:
+            record = self._rows[row] = _NGramRecord()
+        for i in ids[len(record.ids) :]:
+            self._extend(record, self.phrase_token_ids[i - self.vocab_size] if i >= self.vocab_size else (i,))
+        record.ids = ids
+        return record
+
+    def _extend(self, record: "_NGramRecord", tokens: tuple[int, ...]) -> None:
+        """Append ``tokens`` to ``record`` with the n-grams they end."""
+        n = self.n
+        for token in tokens:
+            record.tokens.append(token)
+            if len(record.tokens) < n:
+                continue
+            gram = tuple(record.tokens[-n:])
+            for split in range(n):  # what followed each start of the n-gram (split = 0: the whole n-gram)
+                record.followers.setdefault(gram[:split], set()).add(gram[split:])
+            record.inside_seen.update(self.phrase_ngrams.inside.get(gram, ()))
+
+    def _banned(self, record: "_NGramRecord") -> list[int]:
+        """Columns (token ids, and ``V + i`` for phrase ``i``) that would repeat one of the row's n-grams."""
+        n, tokens = self.n, record.tokens
+        if len(tokens) + 1 < n:
+            return []
+        context = tuple(tokens[len(tokens) - n + 1 :])
+        banned = [rest[0] for rest in record.followers.get(context, ())]
+        phrases = set(record.inside_seen)
+        for start in range(len(context)):  # an n-gram that starts at context[start] and ends inside the phrase
+            for rest in record.followers.get(context[start:], ()):
+                phrases.update(self.phrase_ngrams.starting.get(rest, ()))
+        return banned + [self.vocab_size + phrase for phrase in phrases]
+
+
+class PhraseNGrams:
+    """What ``PhraseNoRepeatNGram`` looks up of the phrases: the phrases that hold each n-gram inside them, and those
+    that start with each run of ``1 .. n - 1`` tokens (an n-gram that ends inside a phrase starts in the row's last
+    tokens). Made once per phrase table (``DynamicVocabLM`` keeps it until the table changes): 2,048 phrases take a
+    few milliseconds."""
+
+    def __init__(self, n: int, phrase_token_ids: list[tuple[int, ...]]) -> None:
+        self.n, self.size = n, len(phrase_token_ids)
+        self.inside: dict[tuple[int, ...], list[int]] = {}
+        self.starting: dict[tuple[int, ...], list[int]] = {}
+        for phrase, ids in enumerate(map(tuple, phrase_token_ids)):
+            for gram in {ids[i : i + n] for i in range(len(ids) - n + 1)}:
+                self.inside.setdefault(gram, []).append(phrase)
+            for length in range(1, min(n - 1, len(ids)) + 1):
+                self.starting.setdefault(ids[:length], []).append(phrase)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class _NGramRecord:
+    """What ``PhraseNoRepeatNGram`` keeps of one row: its ids and tokens, what followed each start of every n-gram
+    (the tokens after its first ``0 .. n - 1``), and the phrases that hold one of its n-grams inside them."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.tokens: list[int] = []
+        self.followers: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+        self.inside_seen: set[int] = set()
+
+
+class PhraseRepetitionPenalty(LogitsProcessor):
+    """``repetition_penalty`` (CTRL's rule) over the tokens phrases spell.
+
+    A token that occurs in the row's text is penalised as usual; a phrase is penalised
+    when its whole token sequence already occurs there (its text was already written).
+    """
+
+    def __init__(self, penalty: float, vocab_size: int, phrase_token_ids: list[tuple[int, ...]]) -> None:
+        if not isinstance(penalty, (int, float)) or penalty <= 0:
+            raise ValueError(f"repetition_penalty must be a float > 0, got {penalty!r}")
+        self.penalty, self.vocab_size = float(penalty), vocab_size
         self.phrase_lengths = torch.tensor([len(ids) for ids in phrase_token_ids], dtype=torch.long)
         width = int(self.phrase_lengths.max()) if phrase_token_ids else 1
-        padded = [tuple(ids) + (-1,) * (width - len(ids)) for ids in phrase_token_ids]
+        padded = [tuple(ids) + (-1,) * (width - len(ids)) for ids in phrase_token_ids]  # right-padded with -1
         self.phrase_tokens = torch.tensor(padded, dtype=torch.long).reshape(len(phrase_token_ids), width)
         self._table = expansion_table(phrase_token_ids or [(0,)], torch.device("cpu"))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        hit = torch.zeros(scores.shape, dtype=torch.bool)
+        for row, ids in enumerate(input_ids):
+            tokens = self.tokens_of(ids)
+            hit[row, tokens[tokens < self.vocab_size]] = True
+            for length in self.phrase_lengths.unique().tolist():
+                if len(tokens) < length:
+                    continue
+                chosen = (self.phrase_lengths == length).nonzero().flatten()
+                seen = self.hash(tokens.unfold(0, length, 1))
+                found = torch.isin(self.hash(self.phrase_tokens[chosen, :length]), seen)
+                hit[row, self.vocab_size + chosen[found]] = True
+        hit = hit.to(scores.device)
+        penalised = torch.where(scores > 0, scores / self.penalty, scores * self.penalty)
+        return torch.where(hit, penalised, scores)
 
     def tokens_of(self, ids: torch.Tensor) -> torch.Tensor:
         """One row's mixed ids ``(L,)`` -> the LM tokens they spell ``(L',)``."""
@@ -74,96 +212,6 @@ class _PhraseAware(LogitsProcessor):
         return (windows * weights).sum(-1)
 
 
-#: what ``PhraseNoRepeatNGram`` counts as already written
-NO_REPEAT_SCOPES = ("all", "new")
-
-
-class PhraseNoRepeatNGram(_PhraseAware):
-    """``no_repeat_ngram_size`` over the tokens phrases spell: no id may complete an n-gram the row already has.
-
-    A token is banned as usual; a phrase is banned when any n-gram that its tokens would
-    end (with the row's last ``n - 1`` tokens before it) is already in the row.
-    ``scope="all"`` counts the prompt's n-grams too (``transformers``' rule); ``scope="new"``
-    counts only what this ``generate`` call writes (the columns after those of its first
-    call), so an answer may copy its documents from the prompt but never repeat itself.
-    """
-
-    def __init__(self, ngram_size: int, vocab_size: int, phrase_token_ids: list[tuple[int, ...]], scope: str = "all") -> None:
-        if not isinstance(ngram_size, int) or ngram_size < 1:
-            raise ValueError(f"no_repeat_ngram_size must be a positive int, got {ngram_size!r}")
-        check_no_repeat_scope(scope)
-        super().__init__(vocab_size, phrase_token_ids)
-        self.n, self.scope = ngram_size, scope
-        self._prompt_width: int | None = None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self._prompt_width is None:
-            self._prompt_width = input_ids.shape[1] if self.scope == "new" else 0
-        banned = torch.zeros(scores.shape, dtype=torch.bool)
-        for row, ids in enumerate(input_ids[:, self._prompt_width :]):
-            tokens = self.tokens_of(ids)
-            if len(tokens) + 1 < self.n:
-                continue
-            seen = self.hash(tokens.unfold(0, self.n, 1)) if len(tokens) >= self.n else tokens[:0]
-            banned[row, : self.vocab_size] = self._banned_tokens(tokens)
-            if len(self.phrase_lengths) and len(seen):
-                banned[row, self.vocab_size : self.vocab_size + len(self.phrase_lengths)] = self._banned_phrases(tokens, seen)
-        return scores.masked_fill(banned.to(scores.device), float("-inf"))
-
-    def _banned_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        banned = torch.zeros(self.vocab_size, dtype=torch.bool)
-        if self.n == 1:
-            banned[tokens[tokens < self.vocab_size]] = True
-            return banned
-        if len(tokens) < self.n:
-            return banned
-        windows = tokens.unfold(0, self.n, 1)
-        context = tokens[len(tokens) - self.n + 1 :]
-        hits = windows[(windows[:, :-1] == context).all(1), -1]
-        banned[hits[hits < self.vocab_size]] = True
-        return banned
-
-    def _banned_phrases(self, tokens: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
-        context = tokens[max(0, len(tokens) - self.n + 1) :]
-        spelled = torch.cat([context.expand(len(self.phrase_tokens), -1), self.phrase_tokens], dim=1)
-        if spelled.shape[1] < self.n:
-            return torch.zeros(len(self.phrase_tokens), dtype=torch.bool)
-        windows = spelled.unfold(1, self.n, 1)  # (P, windows, n); window i ends at phrase token i + n - 1 - |context|
-        ends = torch.arange(windows.shape[1]) + self.n - 1 - len(context)
-        real = ends[None, :] < self.phrase_lengths[:, None]
-        return (_contains(torch.sort(seen).values, self.hash(windows.clamp(min=0))) & real).any(1)
-
-
-class PhraseRepetitionPenalty(_PhraseAware):
-    """``repetition_penalty`` (CTRL's rule) over the tokens phrases spell.
-
-    A token that occurs in the row's text is penalised as usual; a phrase is penalised
-    when its whole token sequence already occurs there (its text was already written).
-    """
-
-    def __init__(self, penalty: float, vocab_size: int, phrase_token_ids: list[tuple[int, ...]]) -> None:
-        if not isinstance(penalty, (int, float)) or penalty <= 0:
-            raise ValueError(f"repetition_penalty must be a float > 0, got {penalty!r}")
-        super().__init__(vocab_size, phrase_token_ids)
-        self.penalty = float(penalty)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        hit = torch.zeros(scores.shape, dtype=torch.bool)
-        for row, ids in enumerate(input_ids):
-            tokens = self.tokens_of(ids)
-            hit[row, tokens[tokens < self.vocab_size]] = True
-            for length in self.phrase_lengths.unique().tolist():
-                if len(tokens) < length:
-                    continue
-                chosen = (self.phrase_lengths == length).nonzero().flatten()
-                seen = self.hash(tokens.unfold(0, length, 1))
-                found = torch.isin(self.hash(self.phrase_tokens[chosen, :length]), seen)
-                hit[row, self.vocab_size + chosen[found]] = True
-        hit = hit.to(scores.device)
-        penalised = torch.where(scores > 0, scores / self.penalty, scores * self.penalty)
-        return torch.where(hit, penalised, scores)
-
-
 def check_no_repeat_scope(scope: object) -> None:
     """Refuse a ``no_repeat_ngram_scope`` other than ``NO_REPEAT_SCOPES``, naming the choices."""
     if scope not in NO_REPEAT_SCOPES:
@@ -171,11 +219,3 @@ def check_no_repeat_scope(scope: object) -> None:
             f"no_repeat_ngram_scope={scope!r}; choose 'all' (the prompt's n-grams count too, transformers' rule) or "
             "'new' (only the n-grams generate writes count, so the text may copy the prompt)"
         )
-
-
-def _contains(sorted_seen: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``values`` (any shape) found in the non-empty sorted ``(S,)`` ``sorted_seen``: a binary search per value, which
-    beats ``torch.isin``'s sort of both when the seen n-grams are few and the phrase windows many (3x at 16k windows)."""
-    position = torch.searchsorted(sorted_seen, values).clamp(max=len(sorted_seen) - 1)
-    return sorted_seen[position] == values
-

@@ -94,9 +94,8 @@ class ShortlistScorer(nn.Module):
         head = self._synced_head(phrase_vectors)
         batch, steps, dim = hidden.shape
         queries = hidden.reshape(batch * steps, dim)
-        scores = torch.cat([
-            head.dense_scores(rows, phrase_vectors)[:, 0] for rows in queries.split(ROWS_PER_CHUNK)
-        ]).view(batch, steps, -1)
+        parts = [head.dense_scores(rows, phrase_vectors)[:, 0] for rows in queries.split(ROWS_PER_CHUNK)]
+        scores = (parts[0] if len(parts) == 1 else torch.cat(parts)).reshape(batch, steps, -1)  # a step: no copy
         if phrase_mask is not None:
             scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
         return scores

@@ -21,10 +21,11 @@ import statistics
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteriaList
+from transformers import StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM
-from dynvocab.assets import resolve_model, wikipedia_leads
+from dynvocab.assets import wikipedia_leads
+from dynvocab.loading import load_lm
 from dynvocab.precision import encode_autocast_dtype
 from dynvocab.stopping import CharacterBudget
 from retrieval import extract_phrases
@@ -83,9 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     sizes = [int(s) for s in args.sizes.split(",")]
 
-    path = resolve_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    lm, tokenizer = load_lm(args.model)  # linear layers prepacked, as every command loads the LM
     model = DynamicVocabLM.from_causal_lm(
         lm, tokenizer, encoder_layers=args.encoder_layers, phrase_dtype=args.phrase_dtype
     ).eval()

@@ -14,17 +14,26 @@ position's logits as ``generate`` does, timed in turn, each first every other ti
 forward over ``k`` tokens).
 
     python examples/profile_decode_step.py --num-prompts 8 --output results/decode-profile/profile.txt
+
+On a GPU, or any machine without the demo's index: save the prompts' phrases where the index is
+(``--save-phrases phrases.json``), then time there from that file (``--phrases phrases.json --device cuda``).
+``--random-lm`` builds the LM from its config with random weights, for a machine that has its config and
+tokenizer but not its weights: a step's cost does not depend on the weights' values, and with the phrases'
+bias at -1e4 both models write the same tokens whatever they are.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import cProfile
 import io
+import json
 import pstats
 import statistics
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -33,35 +42,66 @@ TARGET = 1.05
 READBACK_TARGET = 1.0
 
 
+def clock(device: torch.device) -> float:
+    """``time.perf_counter()`` once the device has finished its queued work (a GPU runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 @torch.no_grad()
 def readback_pairs(model, ids: torch.Tensor, phrase_ids: list[int], repeats: int) -> list[tuple[int, float, float]]:
     """``(k, dynamic s, bare s)`` per phrase and repeat: the step after emitting phrase ``id`` against the bare LM's
     forward over its ``k`` tokens, both from a copy of the same prompt's cache."""
     from transformers import DynamicCache
 
+    device = ids.device
     ones = torch.ones_like(ids)
     dynamic_cache = model(**model.prepare_inputs_for_generation(ids, past_key_values=DynamicCache(), attention_mask=ones,
                                                                 use_cache=True)).past_key_values
     bare_cache = model.lm(input_ids=ids, attention_mask=ones, use_cache=True).past_key_values
     pairs = []
     for phrase_id in phrase_ids:
-        tokens = torch.tensor([model.phrase_table.token_ids[phrase_id - model.vocab_size]])
-        logical = torch.cat([ids, torch.tensor([[phrase_id]])], dim=1)
-        physical_mask = torch.ones(1, ids.shape[1] + tokens.shape[1], dtype=torch.long)
+        tokens = torch.tensor([model.phrase_table.token_ids[phrase_id - model.vocab_size]], device=device)
+        logical = torch.cat([ids, torch.tensor([[phrase_id]], device=device)], dim=1)
+        physical_mask = torch.ones(1, ids.shape[1] + tokens.shape[1], dtype=torch.long, device=device)
         for repeat in range(repeats):
             timed = {}
             for name in ("dynamic", "bare") if repeat % 2 == 0 else ("bare", "dynamic"):  # neither always goes first
                 cache = copy.deepcopy(dynamic_cache if name == "dynamic" else bare_cache)
-                start = time.perf_counter()
+                start = clock(device)
                 if name == "dynamic":
                     model(**model.prepare_inputs_for_generation(logical, past_key_values=cache, logits_to_keep=1,
                                                                 attention_mask=torch.ones_like(logical), use_cache=True))
                 else:
                     model.lm(input_ids=tokens, attention_mask=physical_mask, past_key_values=cache, use_cache=True,
                              logits_to_keep=1)
-                timed[name] = time.perf_counter() - start
+                timed[name] = clock(device) - start
             pairs.append((tokens.shape[1], timed["dynamic"], timed["bare"]))
     return pairs
+
+
+def sync_sites(generate, ids: torch.Tensor, kwargs: dict, steps: int) -> collections.Counter:
+    """Where one CUDA generation waits for the GPU: ``file:line`` of each synchronizing call (torch's sync debug mode),
+    counted over ``steps`` steps."""
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            generate(ids, max_new_tokens=steps, min_new_tokens=steps, **kwargs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return collections.Counter(f"{Path(w.filename).parent.name}/{Path(w.filename).name}:{w.lineno}" for w in caught
+                               if "synchronizing" in str(w.message))
+
+
+def sync_lines(sites: dict[str, collections.Counter], steps: int) -> list[str]:
+    """The synchronizing calls per step of each model, and the places where the dynamic model adds some."""
+    lines = [f"\nHost-device synchronisations per step (torch.cuda sync debug mode, one prompt, {steps} steps): "
+             + ", ".join(f"{name} {sum(counts.values()) / steps:.2f}" for name, counts in sites.items())]
+    added = sites["dynamic"] - sites["bare"]
+    lines += [f"  +{count / steps:.2f} per step  {site}" for site, count in added.most_common(10)]
+    return lines
 
 
 def readback_lines(pairs: list[tuple[int, float, float]]) -> tuple[list[str], float]:
@@ -80,6 +120,49 @@ def readback_lines(pairs: list[tuple[int, float, float]]) -> tuple[list[str], fl
     return lines, overall
 
 
+def _dynamic_model(lm_name: str, random_lm: bool, linear: str):
+    """The LM with the shipped phrase encoder; its linear layers packed (the library's loader) or torch's own."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from dynvocab import DynamicVocabLM, pack_linear_layers, unpack_linear_layers
+    from dynvocab.assets import resolve_model
+    from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+
+    if random_lm:
+        path = resolve_model(lm_name)
+        lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=torch.float32).eval()
+        pack_linear_layers(lm)
+        model = DynamicVocabLM.from_pretrained(SHIPPED_ENCODER, lm, AutoTokenizer.from_pretrained(path)).eval()
+    else:
+        model = load_dynamic_lm(lm_name, SHIPPED_ENCODER)
+    if linear == "plain":
+        unpack_linear_layers(model.lm)
+    return model
+
+
+def _retrieved_phrases(model, workdir: Path, num_prompts: int) -> tuple[list[str], list[list[str]], dict]:
+    """The first held-out Wikipedia leads cut to 32 tokens, the phrases the pipeline retrieves for each, and its
+    ``generate`` settings (with the phrases' bias at -1e4)."""
+    from dynvocab.corpora import corpus_split
+    from retrieval.loading import demo_index
+    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+
+    pipeline = PhrasePipeline(model, demo_index(workdir, "wikipedia"), PipelineConfig(phrase_bias=-1e4))
+    tokenizer = model.tokenizer
+    leads = [lead for lead in corpus_split("wikipedia")[1] if len(tokenizer(lead["text"]).input_ids) > 32]
+    prompts = [tokenizer.decode(tokenizer(lead["text"]).input_ids[:32]) for lead in leads[:num_prompts]]
+    documents = pipeline.index.search_documents(prompts, k=pipeline.config.top_k)
+    phrases = [[phrase.text for phrase in pipeline.candidates(found)] for found in documents]
+    return prompts, phrases, pipeline.config.generation_kwargs()
+
+
+def _where(device: torch.device, linear: str, random_lm: bool) -> str:
+    """The machine and settings a figure was measured on, for the summary's first line."""
+    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+             else f"CPU, {torch.get_num_threads()} threads, {linear} linear layers")
+    return where + (", random LM weights" if random_lm else "")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-prompts", type=int, default=8, help="held-out prompts decoded by each model")
@@ -90,40 +173,46 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workdir", default=".cache/demo", help="where `make demo` keeps its index")
     parser.add_argument("--linear", choices=("packed", "plain"), default="packed",
                         help="the LM's linear layers: prepacked for oneDNN (the library's loader) or torch's own")
+    parser.add_argument("--device", default="cpu", help="where both models run: cpu, cuda, cuda:1, ...")
+    parser.add_argument("--phrases", help="read the prompts and their phrases from this file (--save-phrases) "
+                                          "instead of retrieving them from the demo's index")
+    parser.add_argument("--save-phrases", help="write the prompts and their retrieved phrases to this file")
+    parser.add_argument("--random-lm", action="store_true",
+                        help="the LM from its config with random weights (timings only; see above)")
+    parser.add_argument("--lm", default="smollm2", help="the LM: Hub name, path or offline alias")
     parser.add_argument("--output", help="also write the printed summary here")
     args = parser.parse_args(argv)
+    if args.phrases and args.save_phrases:
+        parser.error("--phrases reads saved phrases and --save-phrases writes retrieved ones: pass one of them")
 
-    from dynvocab import unpack_linear_layers
-    from dynvocab.corpora import corpus_split
-    from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-    from retrieval.loading import demo_index
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
-
-    model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
-    if args.linear == "plain":
-        unpack_linear_layers(model.lm)
-    pipeline = PhrasePipeline(model, demo_index(Path(args.workdir), "wikipedia"), PipelineConfig(phrase_bias=-1e4))
+    model = _dynamic_model(args.lm, args.random_lm, args.linear)
+    device = torch.device(args.device)
+    model.to(device)
     tokenizer = model.tokenizer
-    leads = [lead for lead in corpus_split("wikipedia")[1] if len(tokenizer(lead["text"]).input_ids) > 32]
-    prompts = [tokenizer.decode(tokenizer(lead["text"]).input_ids[:32]) for lead in leads[: args.num_prompts]]
-    settings = pipeline.config.generation_kwargs()
-    bare_settings = {"do_sample": False, "no_repeat_ngram_size": pipeline.config.no_repeat_ngram_size}
+    if args.phrases:
+        saved = json.loads(Path(args.phrases).read_text(encoding="utf-8"))
+        prompts, phrase_sets, settings = saved["prompts"][: args.num_prompts], saved["phrases"], saved["settings"]
+    else:
+        prompts, phrase_sets, settings = _retrieved_phrases(model, Path(args.workdir), args.num_prompts)
+    if args.save_phrases:
+        saved = {"prompts": prompts, "phrases": phrase_sets, "settings": settings}
+        Path(args.save_phrases).write_text(json.dumps(saved), encoding="utf-8")
+    bare_settings = {"do_sample": False, "no_repeat_ngram_size": settings.get("no_repeat_ngram_size", 0)}
     per_step: dict[str, list[float]] = {"bare": [], "dynamic": []}
     profiles = {"bare": cProfile.Profile(), "dynamic": cProfile.Profile()}
     phrases, differ, pairs = 0, 0, []
     with torch.no_grad():
-        for index, prompt in enumerate(prompts):
-            found = pipeline.candidates(pipeline.index.search_documents([prompt], k=pipeline.config.top_k)[0])
+        for index, (prompt, found) in enumerate(zip(prompts, phrase_sets)):
             model.set_phrases(found, mid_sentence_forms=False)
             phrases += len(found)
-            ids = tokenizer(prompt, return_tensors="pt").input_ids
+            ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
             outputs = {}
             for name in ("bare", "dynamic") if index % 2 == 0 else ("dynamic", "bare"):  # neither always first
                 generate = model.lm.generate if name == "bare" else model.generate
                 kwargs = bare_settings if name == "bare" else settings
-                start = time.perf_counter()  # timed without the profiler, which slows Python calls, not the LM
+                start = clock(device)  # timed without the profiler, which slows Python calls, not the LM
                 out = generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **kwargs)
-                per_step[name].append((time.perf_counter() - start) / (out.shape[1] - ids.shape[1]))
+                per_step[name].append((clock(device) - start) / (out.shape[1] - ids.shape[1]))
                 profiles[name].enable()
                 generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **kwargs)
                 profiles[name].disable()
@@ -139,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     steps = len(prompts) * args.steps
     lines = [
         f"{len(prompts)} held-out prompts x {args.steps} steps, {phrases / len(prompts):.0f} phrases per prompt, "
-        f"{torch.get_num_threads()} threads, {args.linear} linear layers; the dynamic model wrote the bare LM's tokens on "
+        f"{_where(device, args.linear, args.random_lm)}; the dynamic model wrote the bare LM's tokens on "
         f"{len(prompts) - differ} of {len(prompts)} prompts",
         f"bare LM step: median {1e3 * bare:.2f} ms; dynamic step, no phrase emitted: median {1e3 * dynamic:.2f} ms",
         f"dynamic / bare: {dynamic / bare:.3f} (target <= {TARGET}: {'met' if dynamic / bare <= TARGET else 'missed'})",
@@ -156,6 +245,11 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(f"{1e3 * extra:+8.3f} ms ({1e3 * own['dynamic'][key]:7.3f} ms own, {calls[key][1] / steps:6.1f} calls)"
                      f"  {function} ({where})")
     extra, readback = readback_lines(pairs)
+    if device.type == "cuda":
+        ids = tokenizer(prompts[0], return_tensors="pt").input_ids.to(device)
+        model.set_phrases(phrase_sets[0], mid_sentence_forms=False)
+        extra += sync_lines({"bare": sync_sites(model.lm.generate, ids, bare_settings, args.steps),
+                             "dynamic": sync_sites(model.generate, ids, settings, args.steps)}, args.steps)
     text = "\n".join(lines + extra)
     print(text)
     if args.output:

@@ -1,8 +1,11 @@
 """Where a shortlist decoding step's time goes: the routing matmul warm and after a sweep of memory the size of the
-LM's weights, in float16 and bfloat16, and the scorer alone against the scorer inside ``generate``.
+LM's weights, in float16 and bfloat16, the scorer alone against the scorer inside ``generate``, and (``--ops``)
+torch.profiler's operators by the self time per step that the shortlist adds to a step without phrases.
 
     python experiments/shortlist/step_probes.py --vectors-cache .cache/shortlist/vectors-1e6.safetensors \
         --output results/shortlist-avx512bf16/step_probes.json
+    python experiments/shortlist/step_probes.py --vectors-cache .cache/shortlist/vectors-1e6.safetensors \
+        --ops --size 1000000 --output runs/shortlist-ops.json
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from dynvocab import ShortlistConfig, ShortlistScorer
+from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
 from dynvocab.assets import wikipedia_leads
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from dynvocab.shortlist_scorer import SCORER_DEFAULTS
@@ -50,8 +53,9 @@ def routing(clusters: list[int], dim: int = 576) -> dict:
     return figures
 
 
-def scorer_in_and_out_of_generate(size: int, cache: str, steps: int = 64) -> dict:
-    """The shortlist scorer's ms per decoding step inside ``generate``, and the same calls replayed alone."""
+def shortlisted_model(size: int, cache: str):
+    """SmolLM2 with the first ``size`` phrases of the benchmark's pool (vectors from its cache), the shortlist scorer,
+    and a held-out prompt; phrases read back as one vector, as in the benchmark's timed steps."""
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
     model.dynvocab_config.phrase_dtype, model.dynvocab_config.readback = "bfloat16", "vector"
     pool = extract_phrases(wikipedia_leads(), model.tokenizer, max_phrases=1_000_000)
@@ -61,6 +65,31 @@ def scorer_in_and_out_of_generate(size: int, cache: str, steps: int = 64) -> dic
     scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(**SCORER_DEFAULTS, exact_below=size))
     model.scorer = scorer
     prompt = model.tokenizer(wikipedia_leads()[5000]["text"][:200], return_tensors="pt").input_ids[:, :32]
+    return model, scorer, prompt
+
+
+def op_profile(size: int, cache: str, steps: int = 32, top: int = 20) -> dict:
+    """torch.profiler's operators, ms of self CPU time per decoding step, for ``generate`` with the shortlist and for
+    the same LM without phrases; the ``top`` that the shortlist adds most to."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, _, prompt = shortlisted_model(size, cache)
+    bare = DynamicVocabLM.from_causal_lm(model.lm, model.tokenizer).eval()
+    per_step = {}
+    for name, generator in (("bare", bare), ("shortlist", model)):
+        generator.generate(prompt, max_new_tokens=4, do_sample=False, eos_token_id=None)  # warm-up (fits the head)
+        with profile(activities=[ProfilerActivity.CPU]) as recorded:
+            generator.generate(prompt, max_new_tokens=steps, do_sample=False, eos_token_id=None)
+        per_step[name] = {event.key: event.self_cpu_time_total / 1e3 / steps for event in recorded.key_averages()}
+    added = {key: ms - per_step["bare"].get(key, 0.0) for key, ms in per_step["shortlist"].items()}
+    return {"phrases": size, "steps": steps,
+            "total_ms": {name: sum(ops.values()) for name, ops in per_step.items()},
+            "added_ms": dict(sorted(added.items(), key=lambda item: -item[1])[:top])}
+
+
+def scorer_in_and_out_of_generate(size: int, cache: str, steps: int = 64) -> dict:
+    """The shortlist scorer's ms per decoding step inside ``generate``, and the same calls replayed alone."""
+    model, scorer, prompt = shortlisted_model(size, cache)
     model.generate(prompt, max_new_tokens=4, do_sample=False, eos_token_id=None)
     calls, seconds = [], []
     forward = type(scorer).forward
@@ -88,10 +117,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vectors-cache", required=True, help="benchmark_shortlist.py's phrase vectors")
     parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--ops", action="store_true", help="only the operator profile of a step, at --size phrases")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
-    figures = {"routing": routing([10_601, 28_455]), "scorer": scorer_in_and_out_of_generate(args.size, args.vectors_cache)}
+    if args.ops:
+        figures = {"operators": op_profile(args.size, args.vectors_cache)}
+    else:
+        figures = {"routing": routing([10_601, 28_455]),
+                   "scorer": scorer_in_and_out_of_generate(args.size, args.vectors_cache)}
     args.output.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(figures, indent=2))
     return figures

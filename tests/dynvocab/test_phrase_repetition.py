@@ -11,17 +11,17 @@ V = 20
 PHRASES = [(3, 4), (4, 5, 6), (7, 8), (9, 3, 4)]  # ids V .. V + 3
 
 
-def _spell(ids):
-    return [t for i in ids for t in (PHRASES[i - V] if i >= V else (i,))]
+def _spell(ids, vocab=V, phrases=PHRASES):
+    return [t for i in ids for t in (phrases[i - vocab] if i >= vocab else (i,))]
 
 
-def _brute_force_banned(ids, n):
-    """Every id whose tokens, appended to the row's tokens, would repeat an n-gram."""
-    tokens = _spell(ids)
+def _brute_force_banned(ids, n, vocab=V, phrases=PHRASES, candidates=None):
+    """Every id (of ``candidates``, default all) whose tokens, appended to the row's tokens, would repeat an n-gram."""
+    tokens = _spell(ids, vocab, phrases)
     seen = {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
     banned = set()
-    for candidate in range(V + len(PHRASES)):
-        extended = tokens + _spell([candidate])
+    for candidate in candidates if candidates is not None else range(vocab + len(phrases)):
+        extended = tokens + _spell([candidate], vocab, phrases)
         new_ends = range(len(tokens), len(extended))
         if any(end + 1 >= n and tuple(extended[end + 1 - n : end + 1]) in seen for end in new_ends):
             banned.add(candidate)
@@ -37,6 +37,47 @@ def test_no_repeat_matches_brute_force(n):
         out = processor(ids, torch.zeros(2, V + len(PHRASES)))
         for row in range(2):
             assert set(torch.isinf(out[row]).nonzero().flatten().tolist()) == _brute_force_banned(ids[row].tolist(), n)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_no_repeat_extends_growing_rows_and_rebuilds_rows_that_go_back(n):
+    """Rows grow a step at a time (their records are extended), go back (verified decoding) or swap (beam search;
+    rebuilt): every step's bans equal the brute force's."""
+    generator = torch.Generator().manual_seed(20 + n)
+    processor = PhraseNoRepeatNGram(n, V, PHRASES)
+    ids = torch.randint(0, V + len(PHRASES), (2, 3), generator=generator)
+    for step in range(60):
+        before = processor._rows.get(0)
+        if step % 13 == 12:
+            ids, grows = ids[:, :-3], False
+        elif step % 17 == 16:
+            ids, grows = ids.flip(0), False
+        else:
+            ids, grows = torch.cat([ids, torch.randint(0, V + len(PHRASES), (2, 1), generator=generator)], 1), True
+        out = processor(ids, torch.zeros(2, V + len(PHRASES)))
+        for row in range(2):
+            assert set(torch.isinf(out[row]).nonzero().flatten().tolist()) == _brute_force_banned(ids[row].tolist(), n)
+        if before is not None:
+            assert (processor._rows[0] is before) == grows
+
+
+def test_no_repeat_with_a_real_vocabulary_size_and_long_ngrams():
+    """SmolLM2's V = 49152 and n = 5 (V**5 > 2**63: an integer hash of the n-grams would wrap): the bans equal the
+    brute force's."""
+    vocab, generator = 49152, torch.Generator().manual_seed(5)
+    words = torch.tensor([7, 512, 40000, 49151])  # few distinct tokens, so n-grams repeat
+    phrases = [tuple(words[torch.randint(0, 4, (k,), generator=generator)].tolist()) for k in (2, 3, 5, 6, 7)]
+    processor = PhraseNoRepeatNGram(5, vocab, phrases)
+    ids = words[torch.randint(0, 4, (1, 6), generator=generator)]
+    for _ in range(30):
+        step = words[torch.randint(0, 4, (1,), generator=generator)] if torch.rand(1, generator=generator) < 0.7 else (
+            torch.randint(vocab, vocab + len(phrases), (1,), generator=generator))
+        ids = torch.cat([ids, step[None]], 1)
+        out = processor(ids, torch.zeros(1, vocab + len(phrases)))
+        candidates = [*words.tolist(), *range(vocab, vocab + len(phrases))]
+        banned = {c for c in candidates if torch.isinf(out[0, c])}
+        assert banned == _brute_force_banned(ids[0].tolist(), 5, vocab, phrases, candidates)
+        assert int(torch.isinf(out[0, :vocab]).sum()) == len(banned & set(words.tolist()))
 
 
 def test_no_repeat_equals_transformers_on_plain_tokens():
@@ -98,6 +139,25 @@ def test_generate_uses_phrase_aware_processors(llama, tokenizer):
     looping = model.generate(ids, max_new_tokens=4, do_sample=False)[0, 1:].tolist()
     assert looping == [model.vocab_size] * 4
     guarded = model.generate(ids, max_new_tokens=4, do_sample=False, no_repeat_ngram_size=3)[0, 1:].tolist()
+    assert guarded.count(model.vocab_size) == 1
+
+
+def test_generate_builds_the_phrase_ngram_lookups_once_per_phrase_table(llama, tokenizer):
+    """The no-repeat rule's phrase lookups are kept between generate calls and rebuilt when the phrases change."""
+    from dynvocab import DynamicVocabLM
+
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.set_phrases([" of the United States"])
+    model.scorer = PhrasesAlwaysWin()
+    ids = tokenizer("Hello", return_tensors="pt").input_ids
+    model.generate(ids, max_new_tokens=2, do_sample=False, no_repeat_ngram_size=3)
+    first = model._ngrams
+    model.generate(ids, max_new_tokens=2, do_sample=False, no_repeat_ngram_size=3)
+    assert model._ngrams is first
+    model.set_phrases([" in the middle of"])
+    guarded = model.generate(ids, max_new_tokens=4, do_sample=False, no_repeat_ngram_size=3)[0, 1:].tolist()
+    first_token = tokenizer(" in the middle of", add_special_tokens=False).input_ids[0]
+    assert model._ngrams is not first and model._ngrams.starting[(first_token,)] == [0]
     assert guarded.count(model.vocab_size) == 1
 
 

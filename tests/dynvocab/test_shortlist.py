@@ -1,9 +1,11 @@
 """The shortlist head against exhaustive scoring on synthetic vectors with known answers."""
 
+import copy
+
 import pytest
 import torch
 
-from dynvocab.shortlist import ShortlistConfig, ShortlistHead, chunked_logsumexp
+from dynvocab.shortlist import ShortlistConfig, ShortlistHead, chunked_logsumexp, int8_routing_available
 
 
 def clustered(num_groups: int = 8, per_group: int = 30, dim: int = 16, seed: int = 0):
@@ -20,9 +22,8 @@ def _seeded():
 
 
 def brute_candidates(head: ShortlistHead, query: torch.Tensor) -> set[int]:
-    """The union of the probed clusters' subsets, one query at a time (the reference; probes in float16 as the head does)."""
-    scores = head.routing.float() @ query.half().float()
-    nearest = scores.topk(min(head.config.probe, head.num_clusters)).indices.tolist()
+    """The union of the probed clusters' subsets, one query at a time (the reference; probes as the head does)."""
+    nearest = head.route(query[None])[0].topk(min(head.config.probe, head.num_clusters)).indices.tolist()
     return {i for j in nearest for i in head.subsets[j].tolist() if i < head.vocab_size}
 
 
@@ -227,3 +228,55 @@ def test_a_members_only_head_gathers_each_probe_sorted_and_padded_after_add_and_
     check(torch.randn(6, 16))
     head.keep(list(range(0, head.vocab_size, 3)))
     check(torch.randn(6, 16))
+
+
+@pytest.mark.skipif(not int8_routing_available(), reason="this torch has no quantized CPU engine")
+def test_int8_routing_probes_each_query_alone_whatever_its_batch():
+    """The int8 probe quantizes each query over the same range: a query's candidates do not depend on its batch."""
+    vectors, _ = clustered(num_groups=16, per_group=20)
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=16, probe=3, subset_size=5, routing="int8"))
+    queries = torch.randn(9, 16) * torch.logspace(-2, 2, 9)[:, None]  # sizes 1e-2 .. 1e2 side by side
+    batched = head.candidates(queries)
+    for row, query in enumerate(queries):
+        alone = head.candidates(query[None])[0]
+        assert batched[row][batched[row] < head.vocab_size].tolist() == alone[alone < head.vocab_size].tolist()
+    assert not isinstance(head._router[1], torch.Tensor)  # the int8 path ran
+
+
+@pytest.mark.skipif(not int8_routing_available(), reason="this torch has no quantized CPU engine")
+def test_int8_routing_ranks_centroids_as_float_routing_does():
+    generator = torch.Generator().manual_seed(3)
+    centroids = torch.randn(2000, 64, generator=generator)
+    queries = torch.randn(50, 64, generator=generator)
+    heads = {routing: ShortlistHead(centroids, torch.zeros(2000, 1, dtype=torch.long), torch.zeros(2000), 1,
+                                    ShortlistConfig(routing=routing)) for routing in ("auto", "float16")}
+    heads["auto"].route(queries[:1])
+    heads["float16"].route(queries[:1])
+    assert not isinstance(heads["auto"]._router[1], torch.Tensor)  # int8, packed for torch's quantized engine
+    assert isinstance(heads["float16"]._router[1], torch.Tensor)
+    exact = (queries @ centroids.T).topk(32).indices
+    for routing, head in heads.items():
+        found = head.route(queries).topk(32).indices
+        overlap = sum(len(set(a) & set(b)) for a, b in zip(exact.tolist(), found.tolist())) / exact.numel()
+        assert overlap > (0.9 if routing == "auto" else 0.99)
+    int8 = heads["auto"].route(queries)
+    assert torch.allclose(int8, queries @ centroids.T, atol=0.05 * float((queries @ centroids.T).abs().max()))
+
+
+def test_routing_copies_are_remade_when_centroids_change_and_left_out_of_copies():
+    vectors, _ = clustered()
+    config = ShortlistConfig(cluster_size=7, subset_size=0, probe=2)
+    head = ShortlistHead.from_vectors(vectors, config, torch.arange(240) % 4)
+    head.candidates(torch.randn(2, 16))
+    before = head._router
+    head.add(torch.randn(3, 16), torch.tensor([9, 9, 1]))  # group 9 opens a cluster: the centroids grow
+    head.candidates(torch.randn(2, 16))
+    assert head._router is not before and head._router[0][2] == head.num_clusters
+    copied = copy.deepcopy(head)
+    assert copied._router is None
+    assert torch.equal(copied.candidates(torch.ones(1, 16)), head.candidates(torch.ones(1, 16)))
+
+
+def test_an_unknown_routing_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="'auto', 'int8', 'float16'"):
+        ShortlistConfig(routing="int4")
