@@ -424,8 +424,11 @@ class ShortlistHead(nn.Module):
 
 
 def int8_routing_available() -> bool:
-    """Whether this torch runs dynamic int8 matmuls on the CPU (x86 builds with FBGEMM or oneDNN, Arm with QNNPACK)."""
-    return torch.backends.quantized.engine != "none" and hasattr(torch.ops.quantized, "linear_dynamic")
+    """Whether this torch runs dynamic int8 matmuls on the CPU (x86 builds with FBGEMM or oneDNN, Arm with QNNPACK);
+    torch marks its quantized tensors deprecated, so ``auto`` probes in float16 wherever they are gone."""
+    ops = torch.ops.quantized
+    return (torch.backends.quantized.engine != "none" and hasattr(torch, "quantize_per_channel")
+            and hasattr(ops, "linear_prepack") and hasattr(ops, "linear_dynamic"))
 
 
 def _router(centroids: torch.Tensor, routing: str):

@@ -280,3 +280,11 @@ def test_routing_copies_are_remade_when_centroids_change_and_left_out_of_copies(
 def test_an_unknown_routing_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="'auto', 'int8', 'float16'"):
         ShortlistConfig(routing="int4")
+
+
+def test_auto_routing_probes_in_float16_where_torch_has_no_int8_ops(monkeypatch):
+    monkeypatch.delattr(torch, "quantize_per_channel")
+    vectors, _ = clustered()
+    head = ShortlistHead.from_vectors(vectors, ShortlistConfig(num_clusters=8, probe=2))
+    head.candidates(torch.randn(2, 16))
+    assert not int8_routing_available() and isinstance(head._router[1], torch.Tensor)
