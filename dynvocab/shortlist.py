@@ -131,7 +131,7 @@ class ShortlistHead(nn.Module):
         self.register_buffer("subsets", subsets.int().contiguous())  # int32: half the bytes of a million-id table
         self.register_buffer("thresholds", thresholds.float().contiguous())
         self.register_buffer("cluster_groups", cluster_groups.long().contiguous())
-        self._router: tuple[tuple, object] | None = None  # (centroids' device, storage and rows; how they are probed)
+        self._router: tuple[tuple, object] | None = None  # (centroids' device, storage, rows, version; the probe's copy)
         self._runs_of: torch.Tensor | None = None  # the subsets that _runs was made from
         #: ids on every query's shortlist (a docid's end id, which no cluster may hold)
         self.register_buffer("always", torch.empty(0, dtype=torch.long), persistent=False)
@@ -150,7 +150,7 @@ class ShortlistHead(nn.Module):
         (``torch.ops.quantized.linear_dynamic``, which quantizes the query too). The int8 or float16 copy is
         made on first use and again when the centroids change.
         """
-        key = (self.centroids.device, self.centroids.data_ptr(), self.centroids.shape[0])
+        key = (self.centroids.device, self.centroids.data_ptr(), self.centroids.shape[0], self.centroids._version)
         if self._router is None or self._router[0] != key:
             self._router = key, _router(self.centroids, self.config.routing)
         router = self._router[1]

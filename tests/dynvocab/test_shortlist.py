@@ -272,6 +272,10 @@ def test_routing_copies_are_remade_when_centroids_change_and_left_out_of_copies(
     head.add(torch.randn(3, 16), torch.tensor([9, 9, 1]))  # group 9 opens a cluster: the centroids grow
     head.candidates(torch.randn(2, 16))
     assert head._router is not before and head._router[0][2] == head.num_clusters
+    before = head._router
+    head.centroids.mul_(2)  # written in place: the copy is made again
+    head.candidates(torch.randn(2, 16))
+    assert head._router is not before
     copied = copy.deepcopy(head)
     assert copied._router is None
     assert torch.equal(copied.candidates(torch.ones(1, 16)), head.candidates(torch.ones(1, 16)))
