@@ -63,7 +63,7 @@ class PhraseNoRepeatNGram(LogitsProcessor):
     for every start of a written n-gram what followed it, so a step looks up the row's last
     tokens instead of comparing every phrase's n-grams with the text. A row that does not
     extend the last one seen (beam search reorders rows, verified decoding goes back) is
-    rebuilt.
+    rebuilt. ``phrase_ngrams`` passes the phrases' lookups built before (``PhraseNGrams``).
     """
 
     def __init__(self, ngram_size: int, vocab_size: int, phrase_token_ids: list[tuple[int, ...]], scope: str = "all",
@@ -72,10 +72,11 @@ class PhraseNoRepeatNGram(LogitsProcessor):
             raise ValueError(f"no_repeat_ngram_size must be a positive int, got {ngram_size!r}")
         check_no_repeat_scope(scope)
         self.n, self.scope, self.vocab_size = ngram_size, scope, vocab_size
-        self.phrase_token_ids = [tuple(ids) for ids in phrase_token_ids]
-        if phrase_ngrams is None or phrase_ngrams.n != ngram_size or len(phrase_ngrams) != len(self.phrase_token_ids):
-            phrase_ngrams = PhraseNGrams(ngram_size, self.phrase_token_ids)
-        self.phrase_ngrams = phrase_ngrams
+        if phrase_ngrams is not None and phrase_ngrams.n != ngram_size:
+            raise ValueError(f"phrase_ngrams were built for n = {phrase_ngrams.n}, not no_repeat_ngram_size="
+                             f"{ngram_size}; build them with PhraseNGrams(no_repeat_ngram_size, phrase_token_ids) or "
+                             "leave them out")
+        self.phrase_ngrams = phrase_ngrams or PhraseNGrams(ngram_size, phrase_token_ids)
         self._prompt_width: int | None = None
         self._rows: dict[int, _NGramRecord] = {}
 
@@ -98,7 +99,7 @@ class PhraseNoRepeatNGram(LogitsProcessor):
         if record is None or ids[: len(record.ids)] != record.ids:
             record = self._rows[row] = _NGramRecord()
         for i in ids[len(record.ids) :]:
-            self._extend(record, self.phrase_token_ids[i - self.vocab_size] if i >= self.vocab_size else (i,))
+            self._extend(record, self.phrase_ngrams.token_ids[i - self.vocab_size] if i >= self.vocab_size else (i,))
         record.ids = ids
         return record
 
@@ -129,23 +130,20 @@ class PhraseNoRepeatNGram(LogitsProcessor):
 
 
 class PhraseNGrams:
-    """What ``PhraseNoRepeatNGram`` looks up of the phrases: the phrases that hold each n-gram inside them, and those
-    that start with each run of ``1 .. n - 1`` tokens (an n-gram that ends inside a phrase starts in the row's last
-    tokens). Made once per phrase table (``DynamicVocabLM`` keeps it until the table changes): 2,048 phrases take a
-    few milliseconds."""
+    """What ``PhraseNoRepeatNGram`` looks up of the phrases: their tokens, the phrases that hold each n-gram inside
+    them, and those that start with each run of ``1 .. n - 1`` tokens (an n-gram that ends inside a phrase starts in
+    the row's last tokens). Made once per phrase table (``DynamicVocabLM`` keeps it until the table changes): 2,048
+    phrases take a few milliseconds."""
 
     def __init__(self, n: int, phrase_token_ids: list[tuple[int, ...]]) -> None:
-        self.n, self.size = n, len(phrase_token_ids)
+        self.n, self.token_ids = n, [tuple(ids) for ids in phrase_token_ids]
         self.inside: dict[tuple[int, ...], list[int]] = {}
         self.starting: dict[tuple[int, ...], list[int]] = {}
-        for phrase, ids in enumerate(map(tuple, phrase_token_ids)):
+        for phrase, ids in enumerate(self.token_ids):
             for gram in {ids[i : i + n] for i in range(len(ids) - n + 1)}:
                 self.inside.setdefault(gram, []).append(phrase)
             for length in range(1, min(n - 1, len(ids)) + 1):
                 self.starting.setdefault(ids[:length], []).append(phrase)
-
-    def __len__(self) -> int:
-        return self.size
 
 
 class _NGramRecord:
