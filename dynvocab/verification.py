@@ -87,7 +87,7 @@ def generate_verified(
     ids = input_ids.to(model.device)
     text = _spelled(ids[0].tolist(), table, vocab)  # the text so far as token ids, for ``draft``
     cache = DynamicCache()
-    logits = model(ids, past_key_values=cache, use_cache=True, phrase_mask=mask).logits[:, -1]
+    logits = model(ids, past_key_values=cache, use_cache=True, phrase_mask=mask, logits_to_keep=1).logits[:, -1]
     steps = cut = 0
     while steps < max_new_tokens:
         scores = processors(ids, logits.float())

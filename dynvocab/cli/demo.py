@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from retrieval.loading import demo_index
+from retrieval.phrase_vectors import build_phrase_vectors
 
 from ..corpora import corpus_split
 from ..loading import SHIPPED_ENCODER, load_dynamic_lm
@@ -46,6 +47,7 @@ def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".
     index = demo_index(workdir)
     model = load_dynamic_lm("smollm2", checkpoint)
     config = PipelineConfig(max_new_tokens=max_new_tokens)
+    phrase_vectors_beside(model, index, config)
     pipeline = PhrasePipeline(model, index, config)
     tokenizer = model.tokenizer
     print(f"Phrase encoder: {checkpoint}")
@@ -59,6 +61,16 @@ def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".
         print_result(lead["title"], result, bare)
     summarize(results)
     return results
+
+
+def phrase_vectors_beside(model: DynamicVocabLM, index, config) -> None:
+    """Encode the phrases of every indexed document once, beside the index (``dynvocab phrase-vectors``; resumes an
+    interrupted build), so that a request reads its phrases' vectors instead of encoding them. A store that another
+    encoder or other settings made is left as it is: the requests then encode their phrases."""
+    try:
+        build_phrase_vectors(model, index, config, show_progress_bar=True)
+    except ValueError as error:
+        print(f"Phrase vectors beside the index are not used ({error}); each request encodes its phrases.")
 
 
 @torch.no_grad()

@@ -6,7 +6,8 @@ when it has one), plugs in the phrases cut from each document (marked with its n
 ``retrieval.qa.citations``), generates greedily and returns the answer with inline ``[n]``
 markers and the documents it cites. ``answer_many`` answers one question under several
 settings at once: the settings that see the same documents share one prompt, one prefill
-and one batched decode, each row with its own phrase set.
+and one batched decode, each row with its own phrase set (under ``verify_top_k`` each row decodes
+alone, by ``dynvocab.generate_verified``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from dynvocab import DynamicVocabLM, Phrase
+from dynvocab import DynamicVocabLM, Phrase, generate_verified
 from dynvocab.config import check_at_least, check_field_types
+from dynvocab.model import PHRASE_PROCESSOR_ARGS
 from dynvocab.repetition import check_no_repeat_scope
 
 from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
@@ -83,6 +85,12 @@ class QAConfig:
         metadata={"help": "Which n-grams no_repeat_ngram_size counts: 'new' (the answer's own, so it may copy the "
                           "documents) or 'all' (the prompt's too)."},
     )
+    verify_top_k: int = field(
+        default=0,
+        metadata={"help": "Verified decoding: keep an emitted phrase only while each of its tokens, its first "
+                          "included, is in the LM's top-k there (1: the answer is the LM's own, and its spans "
+                          "copied from a document cite it; 0: off). Each row decodes alone."},
+    )
     stop_at_newline: bool = field(default=True, metadata={"help": "End the answer at its first line break."})
     max_sentences: int = field(default=1, metadata={"help": "End the answer after this many sentences (0: no limit)."})
     one_shot: bool = field(default=True, metadata={"help": "Show one worked example before the question."})
@@ -92,7 +100,7 @@ class QAConfig:
         check_field_types(self)
         check_at_least(self, 1, ("top_k", "document_words", "max_new_tokens", "min_length"))
         check_at_least(self, 0, ("max_phrases", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "max_sentences",
-                                 "context_tokens"))
+                                 "context_tokens", "verify_top_k"))
         if self.phrases not in PHRASE_MODES:
             raise ValueError(f"QAConfig.phrases={self.phrases!r}; choose one of {', '.join(PHRASE_MODES)}")
         check_no_repeat_scope(self.no_repeat_ngram_scope)
@@ -114,7 +122,7 @@ class QAConfig:
 
 #: settings that must agree for two systems to share one prompt and one batched decode
 SHARED = ("document_words", "max_new_tokens", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size",
-          "no_repeat_ngram_scope", "phrase_bias",
+          "no_repeat_ngram_scope", "phrase_bias", "verify_top_k",
           "stop_at_newline", "max_sentences", "one_shot", "chat_template")
 
 
@@ -353,20 +361,41 @@ class CitationQA:
         contexts = [cited_phrase_contexts(documents, phrases, tokenizer, c.context_tokens, c.markers)
                     if c.context_tokens else None for c, phrases in zip(configs, rows)]
         gate = {"phrase_contexts": contexts} if any(c is not None for c in contexts) else {}
-        cache = self.prefixes(ids)
-        if len(rows) > 1:
-            cache.batch_repeat_interleave(len(rows))
-        inputs = torch.tensor([ids] * len(rows), device=model.device)
         stopping = StoppingCriteriaList([AnswerEnd(model.decode, len(ids), first.stop_at_newline, first.max_sentences)])
-        out = model.generate(inputs, attention_mask=torch.ones_like(inputs), past_key_values=cache,
-                             max_new_tokens=first.max_new_tokens, stopping_criteria=stopping,
-                             pad_token_id=_pad(tokenizer), **first.generation_kwargs(), **gate)
+        if first.verify_top_k:
+            answers = [self._verified(ids, first, stopping, context, row=i if len(rows) > 1 else None)
+                       for i, context in enumerate(contexts)]
+        else:
+            cache = self.prefixes(ids)
+            if len(rows) > 1:
+                cache.batch_repeat_interleave(len(rows))
+            inputs = torch.tensor([ids] * len(rows), device=model.device)
+            out = model.generate(inputs, attention_mask=torch.ones_like(inputs), past_key_values=cache,
+                                 max_new_tokens=first.max_new_tokens, stopping_criteria=stopping,
+                                 pad_token_id=_pad(tokenizer), **first.generation_kwargs(), **gate)
+            answers = [(new, len(new)) for new in out[:, len(ids) :].tolist()]
         seconds = (time.perf_counter() - start) / len(rows)
-        return [self._result(question, documents, new, len(phrases), config, seconds, row=i if len(rows) > 1 else None)
-                for i, (new, phrases, config) in enumerate(zip(out[:, len(ids) :].tolist(), rows, configs))]
+        return [self._result(question, documents, new, len(phrases), config, seconds, steps,
+                             row=i if len(rows) > 1 else None)
+                for i, ((new, steps), phrases, config) in enumerate(zip(answers, rows, configs))]
+
+    def _verified(self, ids: list[int], config: QAConfig, stopping: StoppingCriteriaList, context,
+                  row: int | None) -> tuple[list[int], int]:
+        """One row's answer by ``generate_verified``: its new mixed ids and the steps they took. A phrase's first token
+        must be in the LM's top ``verify_top_k`` too, so ``verify_top_k=1`` writes the LM's own answer."""
+        model, kwargs = self.model, config.generation_kwargs()
+        agreement = kwargs.get("phrase_agreement_top_k") or config.verify_top_k
+        kwargs["phrase_agreement_top_k"] = min(agreement, config.verify_top_k)
+        processors = model.phrase_logits_processors(
+            **{k: kwargs[k] for k in PHRASE_PROCESSOR_ARGS if k in kwargs},
+            **({"phrase_contexts": context} if context is not None else {}))
+        out = generate_verified(model, torch.tensor([ids], device=model.device), config.max_new_tokens,
+                                accept_top_k=config.verify_top_k, logits_processor=processors,
+                                stopping_criteria=stopping, row=row)
+        return out.sequences[0, len(ids) :].tolist(), out.steps
 
     def _result(self, question: str, documents: list[dict], new: list[int], num_phrases: int, config: QAConfig,
-                seconds: float, row: int | None = None) -> QAResult:
+                seconds: float, steps: int, row: int | None = None) -> QAResult:
         eos = self.model.generation_config.eos_token_id
         eos = {eos} if isinstance(eos, int) else set(eos or [])
         end = next((i for i, token in enumerate(new) if token in eos), len(new))
@@ -378,7 +407,8 @@ class CitationQA:
         text = text[: answer_end(text, config.stop_at_newline, config.max_sentences)]
         return QAResult(
             question=question, answer=answer[:cut].rstrip(), text=text.rstrip(),
-            citations=[c for c in citations if c.start < cut], documents=documents, num_phrases=num_phrases, steps=len(new),
+            citations=[c for c in citations if c.start < cut], documents=documents, num_phrases=num_phrases,
+            steps=min(steps, len(new)),  # a verified step may keep a phrase's first tokens only: more ids than steps
             phrase_steps=sum(s.is_phrase for s in segments), seconds=seconds, settings=asdict(config),
         )
 

@@ -183,8 +183,12 @@ def test_qa_system_names_take_a_context_gate():
     assert QAEvalConfig().qa_config(biased).generation_kwargs()["phrase_bias"] == 2.5
     assert "phrase_bias" not in QAEvalConfig().qa_config(system).generation_kwargs()  # no bias, no processor
     assert parse_qa_system("ngram:bias=-1").phrase_bias == -1.0
+    verified = parse_qa_system("ngram-nomark@3:context=4:bias=16:verify=1")
+    assert (verified.phrase_bias, verified.verify_top_k, verified.markers) == (16.0, 1, False)
+    assert QAEvalConfig().qa_config(verified).verify_top_k == 1 and QAEvalConfig().qa_config(system).verify_top_k == 0
     for name, message in {"bare@3:context=4": "no phrases to gate", "ngram:context=x": "MODE",
-                          "bare@3:bias=2": "no phrases to bias", "ngram:bias=2:context=4": "MODE"}.items():
+                          "bare@3:bias=2": "no phrases to bias", "ngram:bias=2:context=4": "MODE",
+                          "bare@3:verify=1": "no phrases to verify", "ngram:verify=1:bias=2": "MODE"}.items():
         with pytest.raises(ValueError, match=message):
             parse_qa_system(name)
 
@@ -233,12 +237,13 @@ def test_qa_systems_with_other_phrase_biases_are_decoded_in_separate_batches():
         return [SimpleNamespace(answer=f"bias {c.phrase_bias}", text="", citations=[], cited=[], documents=[],
                                 steps=1, phrase_steps=0, num_phrases=0, seconds=0.0) for c in configs]
 
-    names = ("ngram@3:context=4", "ngram@3:context=4:bias=2", "content@3:context=4:bias=2")
+    names = ("ngram@3:context=4", "ngram@3:context=4:bias=2", "content@3:context=4:bias=2",
+             "content@3:context=4:bias=2:verify=1")
     systems = [parse_qa_system(name) for name in names]
     records = answer_item(SimpleNamespace(answer_many=answer_many), QAEvalConfig(), {"id": "q", "question": "Who?"},
                           systems, {s.name: [{"id": "d"}] for s in systems})
-    assert sorted(batches) == [[(4, 0.0)], [(4, 2.0), (4, 2.0)]]
-    assert [r["answer"] for r in records] == ["bias 0.0", "bias 2.0", "bias 2.0"]
+    assert sorted(batches) == [[(4, 0.0)], [(4, 2.0)], [(4, 2.0), (4, 2.0)]]  # verified decoding is a batch apart
+    assert [r["answer"] for r in records] == ["bias 0.0", "bias 2.0", "bias 2.0", "bias 2.0"]
 
 
 def test_a_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_refused(tmp_path):

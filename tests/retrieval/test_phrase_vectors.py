@@ -140,3 +140,22 @@ def test_bfloat16_vectors_round_trip(base_model, tokenizer, index_dir):
     model.set_phrases([" Tiber river"], mid_sentence_forms=False)
     stored = model.phrase_table.output_vectors
     assert stored.dtype == torch.bfloat16 and torch.equal(stored, model.encode_output_vectors([model.phrase_table.token_ids[0]]))
+
+
+def test_the_demo_builds_the_vectors_once_and_leaves_another_encoders_alone(base_model, tokenizer, index_dir, capsys):
+    from dynvocab.cli.demo import phrase_vectors_beside
+
+    model = model_of(base_model, tokenizer)
+    index = DocumentIndex.load(index_dir, encoder=WordHashEncoder())
+    phrase_vectors_beside(model, index, PipelineConfig())
+    stored = sorted(p.read_bytes() for p in store_path(index_dir).rglob("*.npy"))
+    assert stored and finished_shards(store_path(index_dir)) == [0]
+    calls = count_encoded(model)
+    phrase_vectors_beside(model, index, PipelineConfig())  # complete: nothing encoded again
+    assert calls == [] and "not used" not in capsys.readouterr().out
+    other = model_of(base_model, tokenizer)
+    with torch.no_grad():
+        next(other.phrase_encoder.head.parameters()).add_(0.1)
+    phrase_vectors_beside(other, index, PipelineConfig())
+    assert "another build" in capsys.readouterr().out  # said, and the store is kept as it was
+    assert sorted(p.read_bytes() for p in store_path(index_dir).rglob("*.npy")) == stored

@@ -173,6 +173,40 @@ def test_an_answer_guarded_against_its_own_ngrams_may_still_copy_the_documents(m
     assert answer.phrase_steps == 6 and everything.phrase_steps < 3
 
 
+def test_a_verified_answer_is_the_lms_own_and_its_copied_spans_cite_their_document(model, tokenizer):
+    """``verify_top_k=1`` keeps a phrase only where the LM writes its tokens itself: the answer is the bare LM's, and
+    each span of it that a kept phrase wrote cites the document the phrase was cut from."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    copied = tokenizer(" New York City is the most populous city", add_special_tokens=False).input_ids
+    copied.append(model.generation_config.eos_token_id)
+    start, table, vocab = len(prompt_ids(tokenizer, QUESTION, DOCS, QAConfig())), model.phrase_table, model.vocab_size
+
+    class CopyFirstDocument(LogitsProcessor):
+        """Makes the LM copy document 1, then end: the next of ``copied`` after the tokens the answer spells so far."""
+
+        def __call__(self, input_ids, scores):
+            for row, ids in enumerate(input_ids.tolist()):
+                spelled = sum(len(table.token_ids[i - vocab]) if i >= vocab else 1 for i in ids[start:])
+                scores[row, :vocab] = -1e9
+                scores[row, copied[min(spelled, len(copied) - 1)]] = 0
+            return scores
+
+    processors = model.phrase_logits_processors
+    model.phrase_logits_processors = lambda **kwargs: LogitsProcessorList([CopyFirstDocument(), *processors(**kwargs)])
+    model.scorer = PreferPhrases()  # every phrase the rules let through outscores the tokens
+    settings = {"markers": False, "max_new_tokens": len(copied)}
+    bare = CitationQA(model, config=quick(phrases="none", **settings))(QUESTION, DOCS)
+    verified = CitationQA(model, config=quick(verify_top_k=1, **settings))(QUESTION, DOCS)
+    unverified = CitationQA(model, config=quick(agreement_top_k=1, **settings))(QUESTION, DOCS)
+    assert bare.text == tokenizer.decode(copied[:-1]).strip() and not bare.citations
+    assert verified.text == bare.text and unverified.text != bare.text  # phrases win alike; only verified ones fit
+    phrase_citations = [c for c in verified.citations if c.origin == "phrase"]
+    assert phrase_citations and verified.steps < bare.steps
+    assert all(c.number == 1 and c.span in DOCS[0]["text"] for c in phrase_citations)
+    assert strip_markers(verified.answer) == bare.answer
+
+
 def test_retrieved_documents_and_the_prefix_cache(model, tokenizer):
     from retrieval import DocumentIndex
     from tests.helpers import HashEncoder
@@ -211,7 +245,7 @@ def test_the_answer_ends_at_its_first_line_break(model, tokenizer):
     ("settings", "fragment"),
     [({"top_k": 0}, "top_k=0"), ({"phrases": "parsed"}, "phrases='parsed'"), ({"document_words": 0}, "document_words"),
      ({"chat_template": "always"}, "chat_template"), ({"max_phrases": -1}, "max_phrases"),
-     ({"no_repeat_ngram_scope": "answer"}, "no_repeat_ngram_scope='answer'")],
+     ({"no_repeat_ngram_scope": "answer"}, "no_repeat_ngram_scope='answer'"), ({"verify_top_k": -1}, "verify_top_k")],
 )
 def test_bad_settings_are_refused(settings, fragment):
     with pytest.raises(ValueError, match=fragment):
