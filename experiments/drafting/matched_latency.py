@@ -3,7 +3,8 @@
 A drafting system (``dynamic:verify=1:...:draft=N``) writes the LM's own text, so it is compared with the bare LM
 under the same safeguards, not with plain ``bare`` as the report's goal table does. For each ``system vs against``:
 how many continuations equal the other's (and how many only run past its end), the steps summed over the quality
-pass, and the end-to-end time per prompt of the latency pass summed and as a paired median.
+pass, and the end-to-end time per prompt of the latency pass summed and as a paired median (a run without a latency
+pass gives the rest).
 
     python experiments/drafting/matched_latency.py --run results/drafting-cost-200 \\
         --pairs "dynamic:verify=1:agree=1:uses=0:draft=8 vs bare,bare-rag-lookup vs bare"
@@ -42,12 +43,13 @@ def compare(generations: dict, latency: dict, system: str, against: str) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", required=True, help="an evaluation folder with generations.jsonl and latency.jsonl")
+    parser.add_argument("--run", required=True, help="an evaluation folder with generations.jsonl (and latency.jsonl)")
     parser.add_argument("--pairs", required=True,
                         help="comma-separated 'system vs against' pairs")
     args = parser.parse_args()
     run = Path(args.run)
-    generations, latency = records(run / "generations.jsonl"), records(run / "latency.jsonl")
+    timings = run / "latency.jsonl"
+    generations, latency = records(run / "generations.jsonl"), records(timings) if timings.exists() else {}
     print("| system | against | equal texts (past its end) | steps | time per prompt, summed (paired median) |")
     print("|---|---|---|---|---|")
     for pair in args.pairs.split(","):
