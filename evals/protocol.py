@@ -515,6 +515,9 @@ def generate_all(config: EvalConfig) -> tuple[list[dict], list[dict], Generators
         if name == "latency" and todo:  # warm-up, excluded from the timings: first calls build caches and kernels
             for system in dict.fromkeys(s for s, _ in todo):
                 generators(system, [todo[0][1]])
+            from dynvocab.loading import freeze_loaded_objects
+
+            freeze_loaded_objects()  # every system is loaded: no full collection over them inside a timed prompt
         finished[name] = done + _generate_into(out / f"{name}.jsonl", todo, generators, batch_size, name)
     return finished["generations"], finished["latency"], generators
 

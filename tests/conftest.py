@@ -1,6 +1,7 @@
 """Shared fixtures: tiny random models built offline from configs, with the real GPT-2 tokenizer."""
 
 import copy
+import gc
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -12,6 +13,14 @@ from transformers import GPT2TokenizerFast
 
 from dynvocab.assets import fetch, gpt2_tokenizer_dir
 from tests.helpers import tiny_gpt2, tiny_llama, word_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def _collectable_again():
+    """Commands, the server and the evaluations freeze what they loaded (``freeze_loaded_objects``); in one test
+    process the next test's garbage must stay collectable."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

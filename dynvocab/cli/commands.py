@@ -109,10 +109,13 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from retrieval.loading import load_stack
     from retrieval.pipeline import PhrasePipeline, PipelineConfig, check_prompts
 
+    from ..loading import freeze_loaded_objects
+
     config = dataclass_from_args(PipelineConfig, args)
     check_prompts(args.prompt)  # before minutes of loading
     model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
     pipeline = PhrasePipeline(model, index, config)
+    freeze_loaded_objects()
     for prompt in args.prompt:
         result = pipeline(prompt)
         print(prompt + result.marked())
@@ -209,6 +212,8 @@ def cmd_qa(args: argparse.Namespace) -> None:
     from retrieval.loading import load_stack
     from retrieval.qa.answering import CitationQA, QAConfig
 
+    from ..loading import freeze_loaded_objects
+
     config = dataclass_from_args(QAConfig, args)
     documents = [_document_arg(text, n) for n, text in enumerate(args.document or [], start=1)] or None
     if args.index and documents is None:
@@ -222,6 +227,7 @@ def cmd_qa(args: argparse.Namespace) -> None:
         checkpoint = args.checkpoint or (SHIPPED_ENCODER if args.model == "smollm2" and SHIPPED_ENCODER.exists() else None)
         model = load_dynamic_lm(args.model, checkpoint)
     qa = CitationQA(model, index, config)
+    freeze_loaded_objects()
     for question in args.question:
         result = qa(question, documents)
         print(f"Q: {question}\nA: {result.answer}")

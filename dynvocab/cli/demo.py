@@ -12,7 +12,7 @@ from retrieval.loading import demo_index
 from retrieval.phrase_vectors import build_phrase_vectors
 
 from ..corpora import corpus_split
-from ..loading import SHIPPED_ENCODER, load_dynamic_lm
+from ..loading import SHIPPED_ENCODER, freeze_loaded_objects, load_dynamic_lm
 from ..model import DynamicVocabLM
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".
     config = PipelineConfig(max_new_tokens=max_new_tokens)
     phrase_vectors_beside(model, index, config)
     pipeline = PhrasePipeline(model, index, config)
+    freeze_loaded_objects()  # no full garbage collection over the loaded stack inside a timed request
     tokenizer = model.tokenizer
     print(f"Phrase encoder: {checkpoint}")
     print(f"Greedy decoding, both with no_repeat_ngram_size={config.no_repeat_ngram_size} (phrases count as their tokens)\n")

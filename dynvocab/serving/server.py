@@ -20,7 +20,7 @@ except ImportError as error:
 
 from retrieval.phrase_vectors import attach_phrase_vectors
 
-from ..loading import SHIPPED_ENCODER, load_dynamic_lm
+from ..loading import SHIPPED_ENCODER, freeze_loaded_objects, load_dynamic_lm
 from .batching import Batcher
 from .config import API_KEY_ENV, ServerConfig
 from .engine import Engine
@@ -41,7 +41,9 @@ def load_engine(config: ServerConfig) -> Engine:
     model = load_dynamic_lm(config.model, checkpoint)
     for index in corpora.values():  # phrase vectors kept beside a served index are read, not encoded per request
         attach_phrase_vectors(model, index)
-    return Engine(model, corpora, Path(config.model).name, config)
+    engine = Engine(model, corpora, Path(config.model).name, config)
+    freeze_loaded_objects()  # no full garbage collection over the loaded stack inside a request
+    return engine
 
 
 def load_corpora(config: ServerConfig) -> dict[str, Any]:

@@ -224,7 +224,7 @@ def read_records(path: Path) -> list[dict]:
 
 def generate_answers(config: QAEvalConfig) -> tuple[list[dict], list[dict], dict, dict]:
     """Every (system, question) answer, resuming from ``generations.jsonl``; returns records, items, evidence rates, pages."""
-    from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+    from dynvocab.loading import SHIPPED_ENCODER, freeze_loaded_objects, load_dynamic_lm
     from retrieval.qa.answering import CitationQA
 
     check_resumable(config)
@@ -250,6 +250,7 @@ def generate_answers(config: QAEvalConfig) -> tuple[list[dict], list[dict], dict
         model = load_dynamic_lm(config.model, checkpoint)
         model.dynvocab_config.encode_dtype = config.encode_dtype
         qa = CitationQA(model, index)
+        freeze_loaded_objects()
         with open(path, "a", encoding="utf-8") as f:
             for i, left in tqdm(todo, desc="eval-qa", unit="question"):
                 finished = answer_item(qa, config, items[i], left, {s.name: documents[s.name][i] for s in left})

@@ -1,6 +1,7 @@
 """``load_engine``: a served index folder that holds phrase vectors has the model read them."""
 
 import copy
+import gc
 
 from dynvocab.serving import ServerConfig, server
 from retrieval import DocumentIndex
@@ -21,6 +22,7 @@ def test_the_served_index_phrase_vectors_are_read_not_encoded(tmp_path, monkeypa
     monkeypatch.setattr(server, "load_dynamic_lm", lambda name, checkpoint: model)
     engine = server.load_engine(ServerConfig(model=str(tiny_lm_dir), index=str(folder), encoder=str(tiny_encoder_dir)))
     assert engine.model.phrase_store is not None and len(engine.model.phrase_store) > 0
+    assert gc.get_freeze_count() > 0  # what it loaded is out of the garbage collector's full collections
     calls = count_encoded(engine.model)
     documents = engine.corpora["wiki"].documents[:1]  # a request's documents: their phrases are all stored
     engine.model.set_phrases(PhrasePipeline(engine.model, None).candidates(documents), mid_sentence_forms=False)
