@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.save_phrases:
         saved = {"prompts": prompts, "phrases": phrase_sets, "settings": settings}
         Path(args.save_phrases).write_text(json.dumps(saved), encoding="utf-8")
+    from dynvocab.loading import freeze_loaded_objects
+
+    freeze_loaded_objects()  # as the library's commands do: no full garbage collection over the loaded stack in a step
     bare_settings = {"do_sample": False, "no_repeat_ngram_size": settings.get("no_repeat_ngram_size", 0)}
     per_step: dict[str, list[float]] = {"bare": [], "dynamic": []}
     profiles = {"bare": cProfile.Profile(), "dynamic": cProfile.Profile()}
