@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> dict:
     from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
-    pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo")), PipelineConfig(max_new_tokens=args.max_new_tokens))
+    index = demo_index(Path(".cache/demo"))
+    pipeline = PhrasePipeline(model, index, PipelineConfig(max_new_tokens=args.max_new_tokens))
     prompts = [p["prompt"] for p in held_out_prompts(model.tokenizer, EvalConfig(num_prompts=args.num_prompts))]
     figures = {"tracked_objects": len(gc.get_objects()), "full_collection_ms": full_collection_ms(),
                "requests": pauses_during(pipeline, prompts)}
