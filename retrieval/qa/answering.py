@@ -408,7 +408,7 @@ class CitationQA:
         return QAResult(
             question=question, answer=answer[:cut].rstrip(), text=text.rstrip(),
             citations=[c for c in citations if c.start < cut], documents=documents, num_phrases=num_phrases,
-            steps=min(steps, len(new)),  # a verified step may keep a phrase's first tokens only: more ids than steps
+            steps=min(steps, len(new)),  # the steps up to the end of text (ids that a verified step kept count once)
             phrase_steps=sum(s.is_phrase for s in segments), seconds=seconds, settings=asdict(config),
         )
 
