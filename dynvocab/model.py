@@ -558,9 +558,16 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
                 "with this model's tokenizer (or model.tokenize), after set_phrases"
             )
 
+    def phrase_processors_in(self, kwargs: dict) -> LogitsProcessorList:
+        """``phrase_logits_processors`` for the ``PHRASE_PROCESSOR_ARGS`` among ``kwargs`` (``generate``'s, or a
+        config's ``generation_kwargs()``); the other keys are not read."""
+        return self.phrase_logits_processors(**{k: kwargs[k] for k in PHRASE_PROCESSOR_ARGS if k in kwargs})
+
     def _phrase_aware_repetition(self, kwargs: dict) -> dict:
         """Swap the ``PHRASE_PROCESSOR_ARGS`` of ``kwargs`` for ``phrase_logits_processors``."""
-        processors = self.phrase_logits_processors(**{k: kwargs.pop(k) for k in PHRASE_PROCESSOR_ARGS if k in kwargs})
+        processors = self.phrase_processors_in(kwargs)
+        for name in PHRASE_PROCESSOR_ARGS:
+            kwargs.pop(name, None)
         if processors:
             kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), *processors])
         return kwargs

@@ -15,7 +15,6 @@ from dynvocab import DynamicVocabLM, Phrase, Segment
 from dynvocab.config import check_at_least, check_field_types
 from dynvocab.drafting import DocumentDrafter
 from dynvocab.generation import generate_continuations
-from dynvocab.model import PHRASE_PROCESSOR_ARGS
 from dynvocab.padding import pad_id
 from dynvocab.stopping import CharacterBudget
 from dynvocab.verification import draft_step_cost, generate_verified
@@ -315,9 +314,7 @@ class PhrasePipeline:
         new, steps = [], []
         for row, prompt in enumerate(prompts):
             gate = {"phrase_contexts": contexts[row]} if contexts[row] is not None else {}
-            processors = model.phrase_logits_processors(
-                **{k: kwargs[k] for k in PHRASE_PROCESSOR_ARGS if k in kwargs}, **gate
-            )
+            processors = model.phrase_processors_in(kwargs | gate)
             ids = model.tokenizer(prompt, return_tensors="pt").input_ids
             budget = budgets[row] if budgets is not None else None
             out = generate_verified(

@@ -1,4 +1,4 @@
-"""The layout is a map of the design: the README's Layout section and docs/architecture.md cannot drift from the tree."""
+"""The layout is a map of the design: docs/layout.md and docs/architecture.md cannot drift from the tree."""
 
 import re
 import subprocess
@@ -12,14 +12,15 @@ PACKAGES = ("dynvocab", "encoders", "retrieval", "evals")
 
 
 def layout_section() -> str:
+    """docs/layout.md, the one-line-per-module map the README's Layout section links to."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     match = re.search(r"^## Layout\n(.*?)^## ", readme, re.S | re.M)
-    assert match, "README.md has no '## Layout' section"
-    return match.group(1)
+    assert match and "(docs/layout.md)" in match.group(1), "README.md needs a Layout section linking docs/layout.md"
+    return (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
 
 
 def named_paths() -> list[str]:
-    """Every backtick-quoted path on the Layout section's ``- `path` — ...`` lines, before the dash."""
+    """Every backtick-quoted path on docs/layout.md's ``- `path` — ...`` lines, before the dash."""
     paths = []
     for line in layout_section().splitlines():
         if line.startswith("- `"):
@@ -33,7 +34,7 @@ def package_dirs() -> list[Path]:
 
 def test_every_path_the_layout_names_exists():
     missing = [path for path in named_paths() if not (ROOT / path).exists()]
-    assert not missing, f"README Layout names paths that do not exist: {missing}"
+    assert not missing, f"docs/layout.md names paths that do not exist: {missing}"
 
 
 def test_the_layout_names_every_package_and_module():
@@ -41,7 +42,7 @@ def test_the_layout_names_every_package_and_module():
     packages = [f"{d.relative_to(ROOT).as_posix()}/" for d in package_dirs()]
     modules = [p.relative_to(ROOT).as_posix() for d in package_dirs() for p in d.glob("*.py")]
     left_out = [path for path in packages + modules if path not in named]
-    assert not left_out, f"README Layout leaves out: {left_out} (add a '- `path` — what it is' line)"
+    assert not left_out, f"docs/layout.md leaves out: {left_out} (add a '- `path` — what it is' line)"
 
 
 @pytest.mark.parametrize("folder", package_dirs(), ids=lambda d: d.relative_to(ROOT).as_posix())

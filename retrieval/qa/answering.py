@@ -23,7 +23,6 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase, generate_verified
 from dynvocab.config import check_at_least, check_field_types
-from dynvocab.model import PHRASE_PROCESSOR_ARGS
 from dynvocab.repetition import check_no_repeat_scope
 
 from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
@@ -386,9 +385,7 @@ class CitationQA:
         model, kwargs = self.model, config.generation_kwargs()
         agreement = kwargs.get("phrase_agreement_top_k") or config.verify_top_k
         kwargs["phrase_agreement_top_k"] = min(agreement, config.verify_top_k)
-        processors = model.phrase_logits_processors(
-            **{k: kwargs[k] for k in PHRASE_PROCESSOR_ARGS if k in kwargs},
-            **({"phrase_contexts": context} if context is not None else {}))
+        processors = model.phrase_processors_in(kwargs | ({"phrase_contexts": context} if context is not None else {}))
         out = generate_verified(model, torch.tensor([ids], device=model.device), config.max_new_tokens,
                                 accept_top_k=config.verify_top_k, logits_processor=processors,
                                 stopping_criteria=stopping, row=row)
