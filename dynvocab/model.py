@@ -408,7 +408,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             hidden = seen[-1]
             if phrase_mask is not None:
                 phrase_mask = _checked_phrase_mask(phrase_mask, hidden.shape[0], vec_out.shape[0]).to(hidden.device)
-            logits = torch.cat([logits, self._calibrated(self.scorer(hidden, vec_out, phrase_mask)).to(logits.dtype)], dim=-1)
+            logits = self._with_phrase_scores(logits, hidden, vec_out, phrase_mask)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(
@@ -420,6 +420,28 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             past_key_values=out.past_key_values,
             hidden_states=out.hidden_states if output_hidden_states else None,
         )
+
+    def _with_phrase_scores(self, logits: torch.Tensor, hidden: torch.Tensor, vec_out: torch.Tensor,
+                            phrase_mask: torch.Tensor | None) -> torch.Tensor:
+        """``(B, T, V)`` LM logits and the ``(B, T, d)`` states they were read from -> ``(B, T, V + P)`` logits with the
+        calibrated phrase scores beside them. A scorer with a ``sparse`` method (``ShortlistScorer``) has its
+        candidates' scores written straight into the logits: a table of a million phrases is filled once a step,
+        not built and then copied, and only the candidates are calibrated and masked."""
+        sparse = getattr(self.scorer, "sparse", None)
+        found = sparse(hidden, vec_out) if sparse is not None else None
+        if found is None:
+            dense = self._calibrated(self.scorer(hidden, vec_out, phrase_mask))
+            return torch.cat([logits, dense.to(logits.dtype)], dim=-1)
+        ids, scores = found  # (B, T, C) each; id P pads
+        vocab, table = logits.shape[-1], vec_out.shape[0]
+        keep = ids < table
+        if phrase_mask is not None:
+            keep &= phrase_mask[:, None, :].expand(-1, ids.shape[1], -1).gather(2, ids.clamp(max=table - 1))
+        full = logits.new_full((*logits.shape[:-1], vocab + table), float("-inf"))
+        full[..., :vocab] = logits
+        b, t, c = keep.nonzero(as_tuple=True)
+        full[b, t, vocab + ids[b, t, c]] = self._calibrated(scores[b, t, c]).to(full.dtype)
+        return full
 
     def _calibrated(self, scores: torch.Tensor) -> torch.Tensor:
         """``scale * scores + bias`` from the config (a ``-inf`` of a masked phrase stays ``-inf``)."""

@@ -1,7 +1,10 @@
 """Phrase scoring: LM hidden states against phrase output vectors (Eq. 1 of the paper).
 
 Kept behind one small module so a large-vocabulary head (a shortlist that scores
-only a few thousand candidates) can replace the exact dot product.
+only a few thousand candidates) can replace the exact dot product. Such a scorer may also
+define ``sparse(hidden, vectors) -> (ids, scores) | None``, each position's candidates
+``(B, T, C)`` with ``P`` as padding: ``DynamicVocabLM`` then writes them into its logits
+instead of concatenating a dense ``(B, T, P)`` block (``ShortlistScorer`` does).
 """
 
 from __future__ import annotations

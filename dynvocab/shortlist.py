@@ -342,7 +342,7 @@ class ShortlistHead(nn.Module):
         probe = min(self.config.probe, self.num_clusters)
         nearest = self.route(queries).topk(probe, dim=-1).indices  # (N, k)
         if self._disjoint():
-            return self._gathered(nearest).sort(dim=-1).values
+            return self._gathered(nearest)
         ids = self.subsets[nearest].flatten(1)  # (N, k * S), mostly padding: subsets are padded to the widest
         ids = torch.cat([ids, self.always.to(ids.device).expand(ids.shape[0], -1)], dim=1).sort(dim=-1).values
         repeated = torch.zeros_like(ids, dtype=torch.bool)
@@ -352,22 +352,16 @@ class ShortlistHead(nn.Module):
         return ids[:, :width].long()
 
     def _gathered(self, nearest: torch.Tensor) -> torch.Tensor:
-        """``(N, k)`` probed clusters -> ``(N, W)`` their members, each row's ids first and ``vocab_size`` after them,
+        """``(N, k)`` probed clusters -> ``(N, W)`` their members, each row's ids sorted and ``vocab_size`` after them,
         ``W`` the most any row has. The members are read from one flat array, cluster after cluster, so a step never
-        touches the padding of the ``(m, S)`` table (at 1e5 phrases 23k padded slots for 4k ids)."""
+        touches the padding of the ``(m, S)`` table (at 1e5 phrases 23k padded slots for 4k ids). On the CPU this runs
+        in numpy, whose calls cost a few microseconds where torch's cost tens (0.22 against 0.56 ms a decoding step at
+        1e5, cold); sorted ids make the gather of their vectors local (0.65 against 1.17 ms at 1e5)."""
         members, starts, counts = self._runs()
-        lengths = counts[nearest].flatten()  # (N * k,)
-        ends = torch.cumsum(lengths, 0)
-        total = int(ends[-1])
-        arange = torch.arange(total, device=nearest.device)
-        ids = members[torch.repeat_interleave(starts[nearest].flatten() - (ends - lengths), lengths, output_size=total)
-                      + arange]
-        totals = lengths.view(nearest.shape).sum(dim=1)  # (N,)
-        rows = torch.repeat_interleave(torch.arange(len(totals), device=nearest.device), totals, output_size=total)
-        cols = arange - torch.repeat_interleave(torch.cumsum(totals, 0) - totals, totals, output_size=total)
-        out = ids.new_full((len(totals), max(int(totals.max()), 1)), self.vocab_size)
-        out[rows, cols] = ids
-        return out
+        if nearest.device.type != "cpu":
+            return _gathered_runs_torch(members, starts, counts, nearest, self.vocab_size)
+        found = _gathered_runs(members.numpy(), starts.numpy(), counts.numpy(), nearest.numpy(), self.vocab_size)
+        return torch.from_numpy(found)
 
     def _runs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(members, starts, counts)``: every cluster's ids end to end, and where each cluster's run starts and how
@@ -460,6 +454,41 @@ def _grouped(groups: torch.Tensor, items: torch.Tensor, num_groups: int, sentine
                        dtype=torch.long, device=items.device)
     table[group, torch.arange(key.numel(), device=key.device) - starts[group]] = item
     return table
+
+
+def _gathered_runs(members: np.ndarray, starts: np.ndarray, counts: np.ndarray, nearest: np.ndarray,
+                   sentinel: int) -> np.ndarray:
+    """``ShortlistHead._gathered`` in numpy: the runs ``members[starts[c] : starts[c] + counts[c]]`` of each row's
+    ``(N, k)`` clusters ``c``, end to end and sorted, ``sentinel`` padding the rows to the longest."""
+    lengths = counts[nearest]  # (N, k)
+    flat = lengths.ravel()
+    ends = np.cumsum(flat)
+    total = int(ends[-1]) if len(ends) else 0
+    ids = members[np.repeat(starts[nearest].ravel() - (ends - flat), flat) + np.arange(total)]
+    totals = lengths.sum(axis=1)
+    if len(totals) == 1:
+        return np.sort(ids)[None] if total else np.full((1, 1), sentinel, dtype=np.int64)
+    out = np.full((len(totals), max(int(totals.max()), 1)), sentinel, dtype=np.int64)
+    rows = np.repeat(np.arange(len(totals)), totals)
+    out[rows, np.arange(total) - np.repeat(np.cumsum(totals) - totals, totals)] = ids
+    return np.sort(out, axis=1)  # the sentinel, the largest id, stays after each row's ids
+
+
+def _gathered_runs_torch(members: torch.Tensor, starts: torch.Tensor, counts: torch.Tensor, nearest: torch.Tensor,
+                         sentinel: int) -> torch.Tensor:
+    """``_gathered_runs`` in torch, for heads on a GPU (no copy to the host, no synchronisation but the width's)."""
+    lengths = counts[nearest].flatten()  # (N * k,)
+    ends = torch.cumsum(lengths, 0)
+    total = int(ends[-1])
+    arange = torch.arange(total, device=nearest.device)
+    ids = members[torch.repeat_interleave(starts[nearest].flatten() - (ends - lengths), lengths, output_size=total)
+                  + arange]
+    totals = lengths.view(nearest.shape).sum(dim=1)  # (N,)
+    rows = torch.repeat_interleave(torch.arange(len(totals), device=nearest.device), totals, output_size=total)
+    cols = arange - torch.repeat_interleave(torch.cumsum(totals, 0) - totals, totals, output_size=total)
+    out = ids.new_full((len(totals), max(int(totals.max()), 1)), sentinel)
+    out[rows, cols] = ids
+    return out.sort(dim=-1).values
 
 
 def _kmeans_within_groups(data: np.ndarray, keys: np.ndarray, config: ShortlistConfig

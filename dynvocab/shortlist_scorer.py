@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .phrase_table import PhraseTable
@@ -89,13 +90,33 @@ class ShortlistScorer(nn.Module):
 
         Vectors that are not the table's (training passes each batch's own) are scored exactly.
         """
-        if phrase_vectors.shape[0] < self.config.exact_below or phrase_vectors.shape[0] != len(self.table):
+        found = self.sparse(hidden, phrase_vectors)
+        if found is None:
             return self.exact(hidden, phrase_vectors, phrase_mask)
+        ids, scores = found
+        table = phrase_vectors.shape[0]
+        dense = scores.new_full((*ids.shape[:-1], table + 1), float("-inf")).scatter_(-1, ids, scores)[..., :table]
+        if phrase_mask is not None:
+            dense = dense.masked_fill(~phrase_mask[:, None, :], float("-inf"))
+        return dense
+
+    def sparse(self, hidden: torch.Tensor, phrase_vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Each position's shortlist: ``(B, T, d)`` states and the table's ``(P, d)`` vectors -> ids ``(B, T, C)``
+        (``P`` pads a row) and their exact scores ``(B, T, C)`` (``-inf`` at the pads); None where ``forward``
+        scores exactly (a table below ``exact_below``, vectors that are not the table's).
+
+        ``DynamicVocabLM`` writes these into its logits over ``V + P``, so a decoding step over a million phrases
+        fills one logits tensor instead of building the phrases' and copying them beside the LM's.
+        """
+        if phrase_vectors.shape[0] < self.config.exact_below or phrase_vectors.shape[0] != len(self.table):
+            return None
         head = self._synced_head(phrase_vectors)
         batch, steps, dim = hidden.shape
-        queries = hidden.reshape(batch * steps, dim)
-        parts = [head.dense_scores(rows, phrase_vectors)[:, 0] for rows in queries.split(ROWS_PER_CHUNK)]
-        scores = (parts[0] if len(parts) == 1 else torch.cat(parts)).reshape(batch, steps, -1)  # a step: no copy
-        if phrase_mask is not None:
-            scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
-        return scores
+        parts = [head.score(rows, phrase_vectors) for rows in hidden.reshape(batch * steps, dim).split(ROWS_PER_CHUNK)]
+        if len(parts) == 1:  # a decoding step
+            ids, scores = parts[0][0], parts[0][1][:, 0]
+        else:  # chunks of different widths, padded to the widest
+            width = max(part_ids.shape[1] for part_ids, _ in parts)
+            ids = torch.cat([F.pad(i, (0, width - i.shape[1]), value=head.vocab_size) for i, _ in parts])
+            scores = torch.cat([F.pad(s[:, 0], (0, width - s.shape[2]), value=float("-inf")) for _, s in parts])
+        return ids.view(batch, steps, -1), scores.view(batch, steps, -1)

@@ -81,7 +81,8 @@ def agreement(model, head: ShortlistHead, texts: list[str], probes: list[int], m
 def paired_step_ratios(bare: DynamicVocabLM, model: DynamicVocabLM, scorers: dict, prompt: torch.Tensor,
                        steps: int, repeats: int) -> dict[str, dict[str, float]]:
     """Per-step ms of the bare LM and of ``model`` under each scorer, timed in turn ``repeats`` times; the median
-    of each scorer's ratio to the bare step it was timed beside."""
+    of each scorer's ratio to the bare step it was timed beside, and of the ms it added to that step (what a faster
+    or slower LM step would be divided into)."""
     times: dict[str, list[float]] = {"none": [], **{name: [] for name in scorers}}
     for _ in range(repeats):
         times["none"].append(time_steps(bare, prompt, steps, 1))
@@ -89,7 +90,8 @@ def paired_step_ratios(bare: DynamicVocabLM, model: DynamicVocabLM, scorers: dic
             model.scorer = scorer
             times[name].append(time_steps(model, prompt, steps, 1))
     return {name: {"ms": statistics.median(values) * 1e3,
-                   "ratio": statistics.median(v / none for v, none in zip(values, times["none"]))}
+                   "ratio": statistics.median(v / none for v, none in zip(values, times["none"])),
+                   "added_ms": statistics.median(v - none for v, none in zip(values, times["none"])) * 1e3}
             for name, values in times.items()}
 
 
@@ -186,10 +188,12 @@ def markdown(results: dict) -> str:
     """The benchmark's tables from its results."""
     sizes = sorted(int(k.removeprefix("fit_s_")) for k in results if k.startswith("fit_s_"))
     lines = ["# Shortlist head in DynamicVocabLM (SmolLM2-135M)", "", f"Settings: `{json.dumps(results['settings'])}`", "",
-             "| per decoding step | |P| | ms (median) | ratio to no phrases (median of paired runs) |", "|---|---|---|---|"]
+             "| per decoding step | |P| | ms (median) | ratio to no phrases (median of paired runs) "
+             "| ms added (median of paired runs) |", "|---|---|---|---|---|"]
     for size in sizes:
         for name, row in results[f"steps_{size}"].items():
-            lines.append(f"| {name} | {size} | {row['ms']:.1f} | {row['ratio']:.3f} |")
+            added = f"{row['added_ms']:+.2f}" if "added_ms" in row else "-"
+            lines.append(f"| {name} | {size} | {row['ms']:.1f} | {row['ratio']:.3f} | {added} |")
     for size in sizes:
         lines += ["", f"## |P| = {size}: fit {results[f'fit_s_{size}']:.0f} s, {results[f'clusters_{size}']} clusters "
                       f"inside first tokens, head tensors {results[f'head_mb_{size}']:.0f} MB", "",

@@ -5,7 +5,14 @@ import copy
 import pytest
 import torch
 
-from dynvocab.shortlist import ShortlistConfig, ShortlistHead, chunked_logsumexp, int8_routing_available
+from dynvocab.shortlist import (
+    ShortlistConfig,
+    ShortlistHead,
+    _gathered_runs,
+    _gathered_runs_torch,
+    chunked_logsumexp,
+    int8_routing_available,
+)
 
 
 def clustered(num_groups: int = 8, per_group: int = 30, dim: int = 16, seed: int = 0):
@@ -222,12 +229,26 @@ def test_a_members_only_head_gathers_each_probe_sorted_and_padded_after_add_and_
         assert ids.shape == (len(queries), max(widths)) and len(set(widths)) > 1  # rows of different widths
         for row, query, width in zip(ids.tolist(), queries, widths):
             assert row[:width] == sorted(brute_candidates(head, query)) and set(row[width:]) <= {head.vocab_size}
+            assert head.candidates(query[None]).tolist() == [row[:width]]  # a decoding step's one query: no pad
 
     check(torch.randn(6, 16))
     head.add(torch.randn(9, 16) * 4, torch.tensor([0, 1, 2, 3, 4, 5, 5, 0, 1]))  # group 5 opens a cluster
     check(torch.randn(6, 16))
     head.keep(list(range(0, head.vocab_size, 3)))
     check(torch.randn(6, 16))
+
+
+def test_the_cpu_and_gpu_gathers_of_the_members_agree():
+    """The numpy gather (CPU heads) and the torch one (heads on a GPU, run here on CPU tensors) give the same rows,
+    an empty cluster among the probed ones included."""
+    generator = torch.Generator().manual_seed(1)
+    counts = torch.randint(0, 6, (12,), generator=generator)
+    counts[3] = 0
+    members = torch.randperm(int(counts.sum()), generator=generator)
+    starts = torch.cumsum(counts, 0) - counts
+    for nearest in (torch.tensor([[3, 0, 7]]), torch.randint(0, 12, (5, 4), generator=generator), torch.tensor([[3]])):
+        numpy = _gathered_runs(members.numpy(), starts.numpy(), counts.numpy(), nearest.numpy(), 100)
+        assert numpy.tolist() == _gathered_runs_torch(members, starts, counts, nearest, 100).tolist()
 
 
 @pytest.mark.skipif(not int8_routing_available(), reason="this torch has no quantized CPU engine")

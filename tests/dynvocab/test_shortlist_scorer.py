@@ -107,3 +107,23 @@ def test_phrases_are_clustered_inside_their_first_token_unless_asked_otherwise(m
         model.add_phrases([" the valley road", " a river bridge"])  # the whole-table head takes them without groups
         model(ids)
     assert not whole.head.grouped and whole.head.vocab_size == len(model.phrase_table)
+
+
+def test_written_in_scores_equal_the_dense_ones_calibrated_and_masked(model, tokenizer, monkeypatch):
+    """The model writes the shortlist's candidates into its logits: the same logits as the LM's beside the scorer's
+    dense scores, after the calibration, under per-row phrase sets, over several chunks of positions."""
+    monkeypatch.setattr("dynvocab.shortlist_scorer.ROWS_PER_CHUNK", 3)  # 2 rows x 6 positions: 4 chunks
+    model.dynvocab_config.phrase_score_scale, model.dynvocab_config.phrase_score_bias = 0.5, 2.0
+    config = ShortlistConfig(cluster_size=4, probe=3, subset_size=0, exact_below=1)
+    model.scorer = ShortlistScorer(model.phrase_table, config)
+    model.set_phrases([PHRASES[:50], PHRASES[30:]])
+    prompt = tokenizer(["The castle by the river and", "A market in the old town"], return_tensors="pt", padding=True)
+    seen = []
+    hook = model.lm.get_output_embeddings().register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0]))
+    with torch.no_grad():
+        logits = model(**prompt).logits
+        hook.remove()
+        lm_logits = model.lm(**prompt).logits
+        dense = model.scorer(seen[0], model.phrase_output_vectors(), model.phrase_table.row_masks())
+    assert dense.shape[1] == 6 and torch.isfinite(dense).any() and torch.isinf(dense).any()
+    assert torch.equal(logits, torch.cat([lm_logits, dense * 0.5 + 2.0], dim=-1))
