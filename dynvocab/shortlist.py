@@ -355,8 +355,8 @@ class ShortlistHead(nn.Module):
         """``(N, k)`` probed clusters -> ``(N, W)`` their members, each row's ids sorted and ``vocab_size`` after them,
         ``W`` the most any row has. The members are read from one flat array, cluster after cluster, so a step never
         touches the padding of the ``(m, S)`` table (at 1e5 phrases 23k padded slots for 4k ids). On the CPU this runs
-        in numpy, whose calls cost a few microseconds where torch's cost tens (0.22 against 0.56 ms a decoding step at
-        1e5, cold); sorted ids make the gather of their vectors local (0.65 against 1.17 ms at 1e5)."""
+        in numpy, whose calls cost microseconds where the dozen small torch ops it replaces cost tens each when the
+        caches are cold (``results/shortlist-sparse/``); the ids are sorted, so their vectors are read in order."""
         members, starts, counts = self._runs()
         if nearest.device.type != "cpu":
             return _gathered_runs_torch(members, starts, counts, nearest, self.vocab_size)
