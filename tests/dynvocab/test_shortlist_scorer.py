@@ -125,5 +125,7 @@ def test_written_in_scores_equal_the_dense_ones_calibrated_and_masked(model, tok
         hook.remove()
         lm_logits = model.lm(**prompt).logits
         dense = model.scorer(seen[0], model.phrase_output_vectors(), model.phrase_table.row_masks())
+        ids, _ = model.scorer.sparse(seen[0], model.phrase_output_vectors())
     assert dense.shape[1] == 6 and torch.isfinite(dense).any() and torch.isinf(dense).any()
+    assert bool((ids == len(model.phrase_table)).any())  # rows of different widths: pads are written too
     assert torch.equal(logits, torch.cat([lm_logits, dense * 0.5 + 2.0], dim=-1))
