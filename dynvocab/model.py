@@ -434,14 +434,14 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             return torch.cat([logits, dense.to(logits.dtype)], dim=-1)
         ids, scores = found  # (B, T, C) each; id P pads
         vocab, table = logits.shape[-1], vec_out.shape[0]
-        off = ids >= table
+        off, slots = ids >= table, ids.clamp(max=table - 1)
         if phrase_mask is not None:
-            off |= ~phrase_mask[:, None, :].expand(-1, ids.shape[1], -1).gather(2, ids.clamp(max=table - 1))
+            off |= ~phrase_mask[:, None, :].expand(-1, ids.shape[1], -1).gather(2, slots)
         full = logits.new_full((*logits.shape[:-1], vocab + table), float("-inf"))
         full[..., :vocab] = logits
         # a pad lands on a real id with -inf, which the max leaves alone: no nonzero, so no GPU synchronisation
         scores = self._calibrated(scores).masked_fill(off, float("-inf")).to(full.dtype)
-        full[..., vocab:].scatter_reduce_(-1, ids.clamp(max=table - 1), scores, reduce="amax")
+        full[..., vocab:].scatter_reduce_(-1, slots, scores, reduce="amax")
         return full
 
     def _calibrated(self, scores: torch.Tensor) -> torch.Tensor:

@@ -394,9 +394,7 @@ class ShortlistHead(nn.Module):
     def dense_scores(self, queries: torch.Tensor, vectors: torch.Tensor, hidden: torch.Tensor | None = None) -> torch.Tensor:
         """``score`` written into a ``(N, T, V)`` tensor that is ``-inf`` off the shortlist."""
         ids, scores = self.score(queries, vectors, hidden)
-        full = scores.new_full((*scores.shape[:2], self.vocab_size + 1), float("-inf"))
-        full.scatter_(-1, ids[:, None, :].expand_as(scores), scores)
-        return full[..., : self.vocab_size]
+        return scattered(ids[:, None, :].expand_as(scores), scores, self.vocab_size)
 
     # ------------------------------------------------------------------ saving
     def save(self, directory: str | Path) -> Path:
@@ -416,6 +414,12 @@ class ShortlistHead(nn.Module):
         if int(head.subsets.max()) > head.vocab_size or int(head.subsets.min()) < 0:
             raise ValueError(f"{directory}: subsets hold ids outside [0, {head.vocab_size}]; save the head again")
         return head.to(device)
+
+
+def scattered(ids: torch.Tensor, scores: torch.Tensor, size: int) -> torch.Tensor:
+    """Candidates' ``scores`` at their ``ids`` (the same shape; ``size`` pads) in a ``(..., size)`` tensor that is
+    ``-inf`` elsewhere."""
+    return scores.new_full((*scores.shape[:-1], size + 1), float("-inf")).scatter_(-1, ids, scores)[..., :size]
 
 
 def int8_routing_available() -> bool:

@@ -22,7 +22,7 @@ from torch import nn
 
 from .phrase_table import PhraseTable
 from .scoring import DotProductScorer
-from .shortlist import ShortlistConfig, ShortlistHead
+from .shortlist import ShortlistConfig, ShortlistHead, scattered
 
 __all__ = ["ShortlistScorer"]
 
@@ -93,9 +93,7 @@ class ShortlistScorer(nn.Module):
         found = self.sparse(hidden, phrase_vectors)
         if found is None:
             return self.exact(hidden, phrase_vectors, phrase_mask)
-        ids, scores = found
-        table = phrase_vectors.shape[0]
-        dense = scores.new_full((*ids.shape[:-1], table + 1), float("-inf")).scatter_(-1, ids, scores)[..., :table]
+        dense = scattered(*found, phrase_vectors.shape[0])
         if phrase_mask is not None:
             dense = dense.masked_fill(~phrase_mask[:, None, :], float("-inf"))
         return dense

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from dynvocab.assets import DEFAULT_RETRIEVER, ENCODER_HELP
 from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
-from dynvocab.loading import SHIPPED_ENCODER, SHIPPED_MWT
+from dynvocab.loading import SHIPPED_ENCODER, SHIPPED_MWT, freeze_loaded_objects
 
 from .latency import STAGES, StageTimer
 from .systems import BASES, OPTIONS, TRAINED, SystemSpec, parse_system
@@ -515,8 +515,6 @@ def generate_all(config: EvalConfig) -> tuple[list[dict], list[dict], Generators
         if name == "latency" and todo:  # warm-up, excluded from the timings: first calls build caches and kernels
             for system in dict.fromkeys(s for s, _ in todo):
                 generators(system, [todo[0][1]])
-            from dynvocab.loading import freeze_loaded_objects
-
             freeze_loaded_objects()  # every system is loaded: no full collection over them inside a timed prompt
         finished[name] = done + _generate_into(out / f"{name}.jsonl", todo, generators, batch_size, name)
     return finished["generations"], finished["latency"], generators
