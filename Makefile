@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
-.PHONY: install assets demo serve test test-browser test-slow bench mutation clean
+.PHONY: install assets demo serve test test-browser test-slow test-gpu bench mutation clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: assets
 
 test-slow: assets
 	$(OFFLINE) $(BIN)/python -m pytest -q -m slow
+
+# on a machine with a CUDA device: the core's GPU paths against its CPU paths, and training where PartialState puts it
+test-gpu: assets
+	$(OFFLINE) $(BIN)/python -m pytest -q -m "gpu or not slow" tests/dynvocab/test_cuda.py \
+		$(addprefix tests/dynvocab/training/,test_state_cache.py test_loss.py test_trainer.py)
 
 # the page's test in headless Chromium (Debian's package, driven by Playwright), and its screenshot for the docs
 test-browser: assets

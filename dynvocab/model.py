@@ -555,10 +555,14 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
                 )
             kwargs["phrase_mask"] = masks.to(self.device)
         self._generating_width = len(self.phrase_table)
+        # the scores are V + P wide; beam search in transformers 5.17 (not 5.23) reads their width off the config
+        text_config = self.config.get_text_config()
+        base_vocab, text_config.vocab_size = text_config.vocab_size, self.vocab_size + len(self.phrase_table)
         try:
             return super().generate(*args, **kwargs)
         finally:
             self._generating_width = None
+            text_config.vocab_size = base_vocab
 
     def _check_prompt_ids(self, ids) -> None:
         """Refuse prompt ids ``generate`` cannot run, naming the problem: not an integer tensor, empty, or out of range."""

@@ -73,6 +73,21 @@ class HashEncoder:
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 
+class RandomScorer(torch.nn.Module):
+    """Phrase scores from a fixed random projection of the hidden state: phrases and tokens both win steps."""
+
+    def __init__(self, hidden_size: int, num_phrases: int, scale: float = 6.0) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(1)
+        self.register_buffer("projection", torch.randn(hidden_size, num_phrases, generator=generator) * scale)
+
+    def forward(self, hidden, phrase_vectors, phrase_mask=None):
+        scores = hidden @ self.projection[:, : phrase_vectors.shape[0]].to(hidden.dtype)
+        if phrase_mask is not None:
+            scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
+        return scores
+
+
 class PhrasesAlwaysWin(torch.nn.Module):
     """A phrase scorer that gives every phrase a huge score: greedy decoding picks a phrase unless one is banned."""
 

@@ -2,34 +2,19 @@
 
 import pytest
 import torch
-from torch import nn
 
 from dynvocab import DynamicVocabLM
 from dynvocab.readback import expansion_table, physical_inputs
+from tests.helpers import RandomScorer
 
 PHRASES = [" New York City", " the United States", " of the big", " in the"]
 PROMPTS = ["Hello world, this is", "A longer prompt about the weather today", "x"]
 
 
-class RandomScorer(nn.Module):
-    """Phrase scores from a fixed random projection of the hidden state: phrases and tokens both win steps."""
-
-    def __init__(self, hidden_size: int, scale: float = 6.0) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(1)
-        self.projection = torch.randn(hidden_size, len(PHRASES), generator=generator) * scale
-
-    def forward(self, hidden, phrase_vectors, phrase_mask=None):
-        scores = hidden @ self.projection[:, : phrase_vectors.shape[0]].to(hidden.dtype)
-        if phrase_mask is not None:
-            scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
-        return scores
-
-
 @pytest.fixture
 def model(base_model, tokenizer):
     model = DynamicVocabLM.from_causal_lm(base_model, tokenizer).eval()
-    model.scorer = RandomScorer(base_model.config.hidden_size)
+    model.scorer = RandomScorer(base_model.config.hidden_size, len(PHRASES))
     model.set_phrases(PHRASES)
     return model
 
@@ -65,6 +50,22 @@ def test_beams_cached_equal_uncached(model, tokenizer):
     cached = model.generate(**batch, max_new_tokens=10, num_beams=3, do_sample=False)
     uncached = model.generate(**batch, max_new_tokens=10, num_beams=3, do_sample=False, use_cache=False)
     assert torch.equal(cached, uncached)
+
+
+def test_the_config_gives_the_width_of_the_scores_while_generating(model, tokenizer, base_model):
+    """transformers 5.17's beam search reads the scores' width off the config (5.23 reads the scores): V + P inside
+    ``generate``, the LM's own V again after it."""
+    from transformers import LogitsProcessorList
+
+    seen = []
+
+    def record(ids, scores):
+        seen.append((model.config.get_text_config().vocab_size, scores.shape[-1]))
+        return scores
+
+    model.generate(**_batch(tokenizer), max_new_tokens=3, num_beams=2, logits_processor=LogitsProcessorList([record]))
+    assert seen and all(width == model.vocab_size + len(PHRASES) for pair in seen for width in pair)
+    assert model.config.get_text_config().vocab_size == base_model.config.vocab_size == model.vocab_size
 
 
 def test_per_row_sets_are_respected(model, tokenizer):
@@ -105,7 +106,7 @@ def test_sampling_runs_with_phrases(model, tokenizer):
 
 def test_vector_readback_still_available(base_model, tokenizer):
     model = DynamicVocabLM.from_causal_lm(base_model, tokenizer, readback="vector").eval()
-    model.scorer = RandomScorer(base_model.config.hidden_size)
+    model.scorer = RandomScorer(base_model.config.hidden_size, len(PHRASES))
     model.set_phrases(PHRASES)
     batch = _batch(tokenizer)
     cached = model.generate(**batch, max_new_tokens=12, do_sample=False)

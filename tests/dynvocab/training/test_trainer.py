@@ -100,11 +100,11 @@ def test_an_export_loads_back_with_what_the_lm_learned(setup, mode):
     bare = load_dynamic_lm(str(setup / "lm"), None)
     ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
     with torch.no_grad():
-        expected, got, untouched = (m.lm(input_ids=ids).logits for m in (trained, loaded, bare))
+        expected, got, untouched = (m.lm(input_ids=ids.to(m.device)).logits.cpu() for m in (trained, loaded, bare))
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(untouched, expected, atol=1e-3)  # the LM did learn: a load without it would fail above
     for (name, a), b in zip(trained.phrase_encoder.state_dict().items(), loaded.phrase_encoder.state_dict().values()):
-        torch.testing.assert_close(b, a, msg=name)
+        torch.testing.assert_close(b, a.cpu(), msg=name)  # the trainer ran on the GPU where there is one
 
 
 def test_frozen_token_readback_trains_from_the_state_cache_and_resumes_exactly(setup):

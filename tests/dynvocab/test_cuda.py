@@ -1,0 +1,119 @@
+"""The core's GPU paths give what its CPU paths give: ``pytest -m gpu`` on a machine with a CUDA device.
+
+Everywhere else these tests are skipped: the suite's default marker filter leaves them out, and they skip
+without CUDA. ``tests/dynvocab/training/test_state_cache.py`` covers the state cache's GPU build when run there.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
+from dynvocab.drafting import DocumentDrafter
+from dynvocab.precision import encode_autocast_dtype
+from dynvocab.shortlist import _gathered_runs, _gathered_runs_torch
+from dynvocab.verification import generate_verified
+from tests.helpers import RandomScorer
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+CUDA = torch.device("cuda")
+READBACK_PHRASES = [" New York City", " the United States", " of the big", " in the"]
+PROMPTS = ["Hello world, this is", "A longer prompt about the weather today", "x"]
+WORDS = "river mountain city harbour castle valley forest island bridge tower market garden".split()
+SHORTLIST_PHRASES = [f" {a} by the {b}" for a in WORDS for b in WORDS if a != b][:90]
+
+
+@pytest.fixture(autouse=True)
+def _exact_float32_matmuls():
+    """TF32 would round float32 products on the GPU and flip near ties: compare exact float32 on both devices."""
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _readback_model(base_model, tokenizer) -> DynamicVocabLM:
+    model = DynamicVocabLM.from_causal_lm(base_model, tokenizer).eval()
+    model.scorer = RandomScorer(base_model.config.hidden_size, len(READBACK_PHRASES))
+    model.set_phrases([READBACK_PHRASES, READBACK_PHRASES[1:3], READBACK_PHRASES[3:]])  # per-row sets
+    return model
+
+
+def test_token_readback_decoding_on_the_gpu_writes_what_the_cpu_writes(base_model, tokenizer):
+    model = _readback_model(base_model, tokenizer)
+    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    settings = [{}, {"num_beams": 3}, {"no_repeat_ngram_size": 2}, {"use_cache": False}]
+    with torch.no_grad():
+        on_cpu = [model.generate(**batch, max_new_tokens=16, do_sample=False, **kw) for kw in settings]
+        model.to(CUDA)
+        on_gpu = [model.generate(**batch.to(CUDA), max_new_tokens=16, do_sample=False, **kw) for kw in settings]
+    assert bool((on_cpu[0][:, -16:] >= model.vocab_size).any())  # phrases were emitted and read back
+    for kw, cpu, gpu in zip(settings, on_cpu, on_gpu):
+        assert gpu.device.type == "cuda" and gpu.cpu().tolist() == cpu.tolist(), kw
+
+
+def test_the_shortlist_written_into_the_logits_on_the_gpu(llama, tokenizer):
+    """On the GPU the head gathers with torch and the model scatters the candidates into the logits: the logits are the
+    LM's beside the scorer's calibrated dense scores, and probing every cluster gives exact scoring's logits."""
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval().to(CUDA)
+    model.dynvocab_config.phrase_score_scale, model.dynvocab_config.phrase_score_bias = 0.5, 2.0
+    model.set_phrases([SHORTLIST_PHRASES[:50], SHORTLIST_PHRASES[30:]])
+    prompt = tokenizer(["The castle by the river and", "A market in the old town"], return_tensors="pt",
+                       padding=True).to(CUDA)
+    with torch.no_grad():
+        exact = model(**prompt).logits
+        model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(cluster_size=4, probe=1000, subset_size=4,
+                                                                           exact_below=1))
+        torch.testing.assert_close(model(**prompt).logits, exact, atol=1e-5, rtol=1e-5)
+        model.scorer = ShortlistScorer(model.phrase_table, ShortlistConfig(cluster_size=4, probe=3, subset_size=0,
+                                                                           exact_below=1))
+        seen = []
+        hook = model.lm.get_output_embeddings().register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0]))
+        logits = model(**prompt).logits
+        hook.remove()
+        dense = model.scorer(seen[0], model.phrase_output_vectors(), model.phrase_table.row_masks().to(CUDA))
+        lm_logits = model.lm(**prompt).logits
+    assert logits.device.type == "cuda" and torch.isfinite(dense).any() and torch.isinf(dense).any()
+    assert model.scorer.head.centroids.device.type == "cuda"
+    assert torch.equal(logits, torch.cat([lm_logits, dense * 0.5 + 2.0], dim=-1))
+
+
+def test_the_torch_gather_on_the_gpu_equals_the_numpy_gather():
+    generator = torch.Generator().manual_seed(1)
+    counts = torch.randint(0, 6, (12,), generator=generator)
+    counts[3] = 0
+    members = torch.randperm(int(counts.sum()), generator=generator)
+    starts = torch.cumsum(counts, 0) - counts
+    for nearest in (torch.tensor([[3, 0, 7]]), torch.randint(0, 12, (5, 4), generator=generator), torch.tensor([[3]])):
+        expected = _gathered_runs(members.numpy(), starts.numpy(), counts.numpy(), nearest.numpy(), 100)
+        got = _gathered_runs_torch(members.to(CUDA), starts.to(CUDA), counts.to(CUDA), nearest.to(CUDA), 100)
+        assert got.device.type == "cuda" and got.cpu().tolist() == expected.tolist()
+
+
+def test_verified_drafting_on_the_gpu_writes_the_bare_lm_text_in_fewer_steps(llama, tokenizer):
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval().to(CUDA)
+    prompt = tokenizer("The city of", return_tensors="pt").input_ids.to(CUDA)
+    with torch.no_grad():
+        bare = model.lm.generate(prompt, max_new_tokens=64, do_sample=False)[0, prompt.shape[1]:].tolist()
+    drafter = DocumentDrafter([prompt[0].tolist() + bare[:40]], 6, step_cost=0.0)
+    out = generate_verified(model, prompt, 12, accept_top_k=1, draft=drafter.draft)
+    new = out.sequences[0, prompt.shape[1]:].tolist()
+    assert new == bare[: len(new)] and len(new) >= 24 and out.steps == 12
+
+
+def test_phrase_vectors_encoded_on_the_gpu_under_the_auto_policy(llama, tokenizer):
+    """``auto`` encodes under bf16 autocast on a GPU that computes bf16: the vectors are the CPU's float32 ones to bf16
+    precision."""
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    torch.nn.init.normal_(model.phrase_encoder.head[-1].weight, std=0.1)
+    on_gpu_model = copy.deepcopy(model).to(CUDA)  # its own phrase cache: nothing encoded on the CPU is served
+    model.set_phrases(SHORTLIST_PHRASES)
+    on_gpu_model.set_phrases(SHORTLIST_PHRASES)
+    on_cpu, on_gpu = model.phrase_output_vectors().float(), on_gpu_model.phrase_output_vectors()
+    expected = torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    assert model.dynvocab_config.encode_dtype == "auto" and encode_autocast_dtype("auto", CUDA) == expected
+    assert on_gpu.device.type == "cuda"
+    cosines = torch.nn.functional.cosine_similarity(on_gpu.float().cpu(), on_cpu, dim=-1)
+    assert float(cosines.min()) > 0.99
