@@ -11,10 +11,12 @@ from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .scoring import DotProductScorer
 from .shortlist import ShortlistConfig, ShortlistHead
 from .shortlist_scorer import ShortlistScorer
+from .state_keys import DocumentStates, StateKeys, state_keys
 from .text import Segment
 from .verification import VerifiedOutput, generate_verified
 
 __all__ = [
+    "DocumentStates",
     "DotProductScorer",
     "DynamicVocabConfig",
     "DynamicVocabLM",
@@ -29,9 +31,11 @@ __all__ = [
     "ShortlistConfig",
     "ShortlistHead",
     "ShortlistScorer",
+    "StateKeys",
     "VerifiedOutput",
     "generate_verified",
     "left_contexts",
     "pack_linear_layers",
+    "state_keys",
     "unpack_linear_layers",
 ]

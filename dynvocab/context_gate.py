@@ -58,7 +58,7 @@ def phrase_starts(documents: Iterable[Sequence[int]],
         for start in range(len(ids) - 1):
             for length in lengths_after.get(tuple(ids[start : start + 2]), ()):
                 span = tuple(ids[start : start + length])
-                if span in phrases:
+                if len(span) == length and span in phrases:  # near the end a slice is shorter: not this phrase
                     yield number, start, span
 
 

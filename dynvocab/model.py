@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -30,6 +31,7 @@ from .repetition import PhraseMaxUses, PhraseNGrams, PhraseNoRepeatNGram, Phrase
 from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
 from .scoring import DotProductScorer
 from .serialization import load, save, tokenizer_fingerprint
+from .state_keys import StateGatedScorer, StateKeys
 
 logger = logging.getLogger(__name__)
 
@@ -534,7 +536,8 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         ``phrase_max_uses=n`` emits each phrase at most ``n`` times per row;
         ``phrase_bias=b`` adds ``b`` to every phrase score, before the rest;
         ``phrase_contexts`` lets a phrase follow only the left contexts it was seen after
-        (``dynvocab.context_gate``).
+        (``dynvocab.context_gate``); ``phrase_state_keys`` lets it compete only where the LM's state is close to
+        its state before the phrase in a document (``dynvocab.state_keys``).
         """
         inputs = kwargs.get("input_ids", args[0] if args else None)
         if inputs is not None:
@@ -545,6 +548,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             self._warned_readback = mismatch
         self._cached_vectors()
         kwargs = self._phrase_aware_repetition(kwargs)
+        keys = kwargs.pop("phrase_state_keys", None)
         masks = self.phrase_table.row_masks()
         if masks is not None and kwargs.get("phrase_mask") is None:
             batch = inputs.shape[0] if inputs is not None else kwargs["inputs_embeds"].shape[0]
@@ -559,10 +563,23 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         text_config = self.config.get_text_config()
         base_vocab, text_config.vocab_size = text_config.vocab_size, self.vocab_size + len(self.phrase_table)
         try:
-            return super().generate(*args, **kwargs)
+            with self.state_gate(keys):
+                return super().generate(*args, **kwargs)
         finally:
             self._generating_width = None
             text_config.vocab_size = base_vocab
+
+    @contextlib.contextmanager
+    def state_gate(self, keys: StateKeys | None):
+        """Inside the block a phrase competes only where ``keys`` open it (``dynvocab.state_keys``); None: no gate.
+        ``generate(phrase_state_keys=...)`` does this for its call."""
+        scorer = self.scorer
+        if keys is not None:
+            self.scorer = StateGatedScorer(scorer, keys.to(self.device))
+        try:
+            yield self
+        finally:
+            self.scorer = scorer
 
     def _check_prompt_ids(self, ids) -> None:
         """Refuse prompt ids ``generate`` cannot run, naming the problem: not an integer tensor, empty, or out of range."""

@@ -371,6 +371,7 @@ class Generators:
             ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
             phrase_max_uses=spec.get("uses", c.phrase_max_uses), context_tokens=spec.get("context", c.context_tokens),
+            state_threshold=spec.get("state", None),
             verify_top_k=spec.get("verify", c.verify_top_k), draft_tokens=spec.get("draft", c.draft_tokens),
             draft_step_cost=spec.get("draft_cost", None),
             first_token_mass=bool(spec.get("mass", c.first_token_mass)),

@@ -37,6 +37,7 @@ OPTIONS = {
     "agree": (int, None, _DYNAMIC),
     "uses": (int, None, _DYNAMIC),
     "context": (int, None, _DYNAMIC),
+    "state": (float, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
     "draft": (int, None, _DYNAMIC),
     "draft_cost": (float, None, _DYNAMIC),

@@ -12,6 +12,9 @@ reads indexed documents instead, each retrieving from the index without itself (
     python examples/phrase_calibration.py --data licenses --split indexed --num-prompts 100 \
         --context-tokens 0,3,4 --output-dir results/calibration-licenses/dev
 
+``--state-thresholds 0.95,0.97`` scores the state gate (``dynvocab.state_keys``) at those cosines too: the keys of
+each prompt's documents cost one LM pass over them.
+
 Choosing the bias on other held-out leads than those reported (``--skip 200`` passes over
 the evaluation's 200) and writing it into a copy of the checkpoint:
 
@@ -22,6 +25,7 @@ the evaluation's 200) and writing it into a copy of the checkpoint:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import shutil
@@ -36,6 +40,7 @@ from dynvocab.atomic import MANIFEST, atomic_directory
 from dynvocab.config import CONFIG_NAME
 from dynvocab.corpora import corpus_split
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+from dynvocab.state_keys import DocumentStates, state_keys
 from evals.calibration import CalibrationCounts, context_allowed, count_positions, next_item_logits
 from evals.protocol import EvalConfig, document_prompts
 from retrieval.loading import demo_index
@@ -56,6 +61,12 @@ def write_calibrated(checkpoint: Path, target: Path, model, bias: float) -> None
         model.dynvocab_config.save(staging)
 
 
+def gate_label(gate: tuple[str, float]) -> str:
+    """``", context 4"``, ``", state 0.97"``, or ``""`` for no gate."""
+    kind, value = gate
+    return f", {kind} {value:g}" if value or kind == "state" else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-prompts", type=int, default=200)
@@ -71,8 +82,13 @@ def main() -> None:
                         help="read held-out documents, or indexed ones that each retrieve without themselves")
     parser.add_argument("--context-tokens", default="0",
                         help="comma-separated left-context sizes of the context gate to score (0: no gate)")
+    parser.add_argument("--state-thresholds", default="",
+                        help="comma-separated cosines of the state gate to score (dynvocab.state_keys; default none)")
     args = parser.parse_args()
-    gates = sorted({int(n) for n in args.context_tokens.split(",")})
+    thresholds = sorted({float(t) for t in args.state_thresholds.split(",") if t.strip()})
+    # a gate is ("context", n) (n = 0: none) or ("state", cosine)
+    gates = [("context", n) for n in sorted({int(n) for n in args.context_tokens.split(",")})]
+    gates += [("state", t) for t in thresholds]
 
     start = time.perf_counter()
     model = load_dynamic_lm(args.model, args.checkpoint)
@@ -83,8 +99,9 @@ def main() -> None:
     pipeline = PhrasePipeline(model, demo_index(Path(".cache/demo"), config.data), PipelineConfig())
     # the raw scores, the strictest rule (the first token is the LM's own top token), and as the pipeline decodes
     agreements = sorted({0, 1, pipeline.config.decoding_settings()["agreement_top_k"]})
-    totals = {(k, n): CalibrationCounts(BIASES) for k in agreements for n in gates}
+    totals = {(k, gate): CalibrationCounts(BIASES) for k in agreements for gate in gates}
     tokens_right = 0  # positions where the LM's own top token is right (phrases off)
+    states = DocumentStates(model.lm)  # each retrieved document read by the LM once
     for item in tqdm(prompts, desc="calibration"):
         found = pipeline.index.search_documents([item["prompt"]], k=pipeline.config.top_k + 1)[0]
         documents = [d for d in found if d.get("id") != item["id"]][: pipeline.config.top_k]  # leave itself out
@@ -92,13 +109,25 @@ def main() -> None:
         table = model.phrase_table.token_ids
         prompt_ids = model.tokenizer(item["prompt"]).input_ids
         reference_ids = model.tokenizer(item["reference"], add_special_tokens=False).input_ids
+        seen = []  # the states the phrases are scored on, for the state gate
+        hook = model.lm.get_output_embeddings().register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0]))
         logits = next_item_logits(model, prompt_ids, reference_ids)  # one forward pass for every setting
+        hook.remove()
         tokens_right += int((logits[:, : model.vocab_size].argmax(-1) == torch.tensor(reference_ids)).sum())
-        for n in gates:
-            allowed = (context_allowed(document_contexts(documents, model.tokenizer, table, n), table, prompt_ids,
-                                       reference_ids) if n else None)
+        keys = state_keys(states, model.tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids,
+                          table, threshold=0.0) if thresholds and documents else None
+        for gate in gates:
+            kind, value = gate
+            if kind == "context":
+                allowed = (context_allowed(document_contexts(documents, model.tokenizer, table, value), table,
+                                           prompt_ids, reference_ids) if value else None)
+            elif keys is None:
+                allowed = torch.zeros(len(reference_ids), len(table), dtype=torch.bool)
+            else:
+                hidden = seen[-1][:, len(prompt_ids) - 1 : -1]
+                allowed = dataclasses.replace(keys, threshold=value).open(hidden, len(table))[0].cpu()
             for k in agreements:
-                totals[k, n].add(count_positions(logits, model.vocab_size, table, reference_ids, BIASES, k, allowed))
+                totals[k, gate].add(count_positions(logits, model.vocab_size, table, reference_ids, BIASES, k, allowed))
     tables = {key: total.table() for key, total in totals.items()}
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,9 +141,14 @@ def main() -> None:
     off = tokens_right / settings["positions"]
     rule, chosen = max(((key, r) for key, rows in tables.items() for r in rows), key=lambda item: item[1]["accuracy"])
     results = {"command": command, "settings": settings,
-               "agreement_top_k": {str(k): rows for (k, n), rows in tables.items() if n == gates[0]},
-               "context_gate": {f"agreement {k}, context {n}": rows for (k, n), rows in tables.items()},
-               "most_accurate": {"agreement_top_k": rule[0], "context_tokens": rule[1], **chosen,
+               "agreement_top_k": {str(k): rows for (k, gate), rows in tables.items() if gate == gates[0]},
+               "context_gate": {f"agreement {k}, context {n}": rows for (k, (kind, n)), rows in tables.items()
+                                if kind == "context"},
+               "state_gate": {f"agreement {k}, state {t:g}": rows for (k, (kind, t)), rows in tables.items()
+                              if kind == "state"},
+               "most_accurate": {"agreement_top_k": rule[0],
+                                 "context_tokens": rule[1][1] if rule[1][0] == "context" else 0,
+                                 "state_threshold": rule[1][1] if rule[1][0] == "state" else None, **chosen,
                                  "accuracy_phrases_off": off}}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [
@@ -127,15 +161,17 @@ def main() -> None:
         f"checkpoint `{args.checkpoint}`, the pipeline's default phrases per prompt. Bias is added to every phrase "
         "logit on top of the checkpoint's own. *fit*: some plugged-in phrase spells the next reference tokens; "
         "*accuracy*: the top item is right (a fitting phrase, or the next reference token). *context n*: only "
-        "phrases that follow the text's last n tokens in a retrieved document compete (`dynvocab.context_gate`).",
+        "phrases that follow the text's last n tokens in a retrieved document compete (`dynvocab.context_gate`). "
+        "*state c*: only phrases whose state before them in a retrieved document is within cosine c of the LM's "
+        "state compete (`dynvocab.state_keys`).",
         "",
     ]
-    for (k, n), rows in tables.items():
+    for (k, gate), rows in tables.items():
         best = max(rows, key=lambda row: row["accuracy"])
         lines += [
             f"## {'Raw scores (no agreement)' if k == 0 else f'With first-token agreement, top {k}'}"
             f"{' (as the pipeline decodes)' if k == pipeline.config.decoding_settings()['agreement_top_k'] else ''}"
-            f"{f', context {n}' if n else ''}",
+            f"{gate_label(gate)}",
             "",
             "| bias | phrase wins | phrase fits | precision | recall | accuracy |",
             "|---|---|---|---|---|---|",
@@ -151,10 +187,11 @@ def main() -> None:
         lines += [f"No rule beats phrases off ({100 * off:.2f}%): here phrases should not replace the LM's tokens.", ""]
     else:
         lines += [
-            f"Agreement {'off' if not rule[0] else f'top {rule[0]}'}, {f'context {rule[1]}' if rule[1] else 'no context gate'}, "
+            f"Agreement {'off' if not rule[0] else f'top {rule[0]}'}, {gate_label(rule[1])[2:] or 'no gate'}, "
             f"bias {chosen['bias']:+.1f}: accuracy {100 * chosen['accuracy']:.2f}% against {100 * off:.2f}% with phrases off "
             f"({100 * chosen['win_rate']:.1f}% phrase wins, {100 * chosen['precision']:.1f}% precision, "
-            f"{100 * chosen['recall']:.1f}% recall). Decode with it: `--agreement_top_k {rule[0]} --context_tokens {rule[1]} "
+            f"{100 * chosen['recall']:.1f}% recall). Decode with it: `--agreement_top_k {rule[0]} "
+            f"{'--state_threshold' if rule[1][0] == 'state' else '--context_tokens'} {rule[1][1]:g} "
             f"--phrase_bias {chosen['bias']:g}`.",
             "",
         ]

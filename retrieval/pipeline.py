@@ -16,6 +16,7 @@ from dynvocab.config import check_at_least, check_field_types
 from dynvocab.drafting import DocumentDrafter
 from dynvocab.generation import generate_continuations
 from dynvocab.padding import pad_id
+from dynvocab.state_keys import DocumentStates, StateKeys, state_keys
 from dynvocab.stopping import CharacterBudget
 from dynvocab.verification import draft_step_cost, generate_verified
 
@@ -27,6 +28,8 @@ from .timing import STAGES, StageTimer
 logger = logging.getLogger(__name__)
 #: model -> {draft length: dynvocab.verification.draft_step_cost}, measured at a pipeline's first drafted request
 _DRAFT_STEP_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: LM -> dynvocab.state_keys.DocumentStates, made by the first request with a state gate on any pipeline of it
+_DOCUMENT_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 #: what ``None`` means for the settings whose best value depends on the decoding, by measurement on 200
@@ -69,6 +72,12 @@ class PipelineConfig:
         default=0,
         metadata={"help": "A phrase may follow only the last n tokens it follows in a retrieved document "
                           "(dynvocab.context_gate; 0: off)."},
+    )
+    state_threshold: float | None = field(
+        default=None,
+        metadata={"help": "A phrase may compete only where the cosine of the LM's state and its state just before the "
+                          "phrase in a retrieved document reaches this (dynvocab.state_keys; one LM pass over the "
+                          "documents; None: off)."},
     )
     phrase_max_uses: int = field(default=1, metadata={"help": "Each phrase emitted at most this often per continuation (0: no limit)."})
     first_token_mass: bool | None = field(
@@ -132,6 +141,12 @@ class PipelineConfig:
                              + f" must be >= 0 and repetition_penalty={self.repetition_penalty} > 0")
         if self.draft_step_cost is not None and self.draft_step_cost < 0:
             raise ValueError(f"draft_step_cost={self.draft_step_cost} must be >= 0 (0: always draft), or None to measure it")
+        if self.state_threshold is not None and not -1.0 <= self.state_threshold <= 1.0:
+            raise ValueError(f"state_threshold={self.state_threshold} is a cosine: pass a value in [-1, 1] "
+                             "(e.g. 0.97), or None for no state gate")
+        if self.state_threshold is not None and self.realtime:
+            raise ValueError("state_threshold gates a phrase set chosen up front; real-time mode adds phrases while it "
+                             "decodes: pass one of them")
         if self.draft_tokens and not self.verify_top_k:
             raise ValueError(f"draft_tokens={self.draft_tokens} needs verified decoding: pass verify_top_k=1 (a draft "
                              "is kept as far as the LM's own greedy text agrees) or more, or draft_tokens=0")
@@ -241,6 +256,26 @@ class PhrasePipeline:
             return {}
         return document_contexts(documents, tokenizer, self.model.phrase_table.tokenize([p.text for p in phrases]), n)
 
+    def state_keys(self, documents: list[list[dict]], phrases: list[list[Phrase]]) -> StateKeys | None:
+        """With ``config.state_threshold``, the keys of each prompt's phrases in its own documents, once the phrases
+        are set on the model (``generate``'s ``phrase_state_keys``, ``dynvocab.state_keys``); None when it is off."""
+        c, model = self.config, self.model
+        if c.state_threshold is None:
+            return None
+        table = model.phrase_table
+        position = {tokens: i for i, tokens in enumerate(table.token_ids)}
+        texts, rows, allowed = [], [], []
+        for row, (found, chosen) in enumerate(zip(documents, phrases)):
+            texts += [d["text"] for d in found]
+            rows += [row] * len(found)
+            tokenized = table.tokenize([p.text for p in chosen])
+            allowed.append({position[tokens] for tokens in tokenized if tokens in position})
+        ids = model.tokenizer(texts, add_special_tokens=False).input_ids if texts else []
+        if model.lm not in _DOCUMENT_STATES:  # one per LM, for every pipeline on it: a document is read once
+            _DOCUMENT_STATES[model.lm] = DocumentStates(model.lm)
+        return state_keys(_DOCUMENT_STATES[model.lm], ids, table.token_ids, c.state_threshold, rows=rows,
+                          allowed=allowed, num_rows=len(documents))
+
     @torch.no_grad()
     def __call__(self, prompt: str) -> PipelineResult:
         check_prompts([prompt])
@@ -278,10 +313,13 @@ class PhrasePipeline:
         gate = {"phrase_contexts": contexts} if c.context_tokens else {}
         with timer.stage("encode"):
             model.set_phrases(phrases if len(prompts) > 1 else phrases[0], mid_sentence_forms=False)
+            keys = self.state_keys(documents, phrases)
+        if keys is not None:
+            gate["phrase_state_keys"] = keys
         budgets = max_chars if max_chars is not None else [c.max_chars] * len(prompts) if c.max_chars else None
         with timer.stage("decode"):
             if c.verify_top_k:
-                new, steps = self._generate_verified(prompts, budgets, contexts, drafters)
+                new, steps = self._generate_verified(prompts, budgets, contexts, drafters, keys)
             else:
                 new = generate_continuations(
                     model, model.tokenizer(prompts)["input_ids"], pad_id(model.tokenizer), c.max_new_tokens,
@@ -307,7 +345,8 @@ class PhrasePipeline:
                                c.draft_tokens, no_repeat_ngram_size=c.no_repeat_ngram_size, step_cost=cost)
 
     def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None, contexts: list[dict | None],
-                           drafters: list[DocumentDrafter] | None) -> tuple[list[list[int]], list[int]]:
+                           drafters: list[DocumentDrafter] | None,
+                           keys: StateKeys | None = None) -> tuple[list[list[int]], list[int]]:
         """Each prompt by ``generate_verified`` with its row's phrases: the new ids and the steps they took."""
         c, model = self.config, self.model
         kwargs = c.generation_kwargs()
@@ -317,12 +356,13 @@ class PhrasePipeline:
             processors = model.phrase_processors_in(kwargs | gate)
             ids = model.tokenizer(prompt, return_tensors="pt").input_ids
             budget = budgets[row] if budgets is not None else None
-            out = generate_verified(
-                model, ids, c.max_new_tokens, accept_top_k=c.verify_top_k, do_sample=c.do_sample, top_p=c.top_p,
-                temperature=c.temperature, logits_processor=processors, row=row if len(prompts) > 1 else None,
-                stopping_criteria=character_budget(model, ids.shape[1], budget),
-                draft=drafters[row].draft if drafters else None,
-            )
+            with model.state_gate(keys.for_row(row) if keys is not None else None):
+                out = generate_verified(
+                    model, ids, c.max_new_tokens, accept_top_k=c.verify_top_k, do_sample=c.do_sample, top_p=c.top_p,
+                    temperature=c.temperature, logits_processor=processors, row=row if len(prompts) > 1 else None,
+                    stopping_criteria=character_budget(model, ids.shape[1], budget),
+                    draft=drafters[row].draft if drafters else None,
+                )
             new.append(out.sequences[0, ids.shape[1] :].tolist())
             steps.append(out.steps)
         return new, steps

@@ -164,7 +164,8 @@ def test_system_names_are_checked():
     bad = {"bare@5": "caps the phrases", "dynamic@0": "must be positive", "dynamic@x": "must be positive",
            "mwt2": "unknown base", "dynamic:readback=text": "choose from", "bare:readback=tokens": "applies to",
            "dynamic:no_repeat=x": "is not a int", "dynamic:colour=red": "key=value", ",": "names no system",
-           "bare:context=4": "applies to", "bare:draft=8": "applies to"}
+           "bare:context=4": "applies to", "bare:draft=8": "applies to", "bare:state=0.9": "applies to",
+           "dynamic:state=high": "is not a float"}
     for name, message in bad.items():
         with pytest.raises(ValueError, match=message):
             EvalConfig(systems=name)
@@ -326,6 +327,8 @@ def test_systems_without_phrases_sample_with_no_phrase_guard(workspace):
     drafting = generators._pipeline_config(parse_system("dynamic:verify=1:draft=8"))
     assert (drafting.verify_top_k, drafting.draft_tokens, drafting.draft_step_cost) == (1, 8, None)  # None: measured
     assert generators._pipeline_config(parse_system("dynamic:verify=1:draft=8:draft_cost=0")).draft_step_cost == 0.0
+    assert generators._pipeline_config(parse_system("dynamic:state=0.97")).state_threshold == 0.97
+    assert generators._pipeline_config(parse_system("dynamic")).state_threshold is None
     with pytest.raises(ValueError, match="drafts without verified decoding: add :verify=1"):
         EvalConfig(systems="bare,dynamic:draft=8")
 

@@ -1,15 +1,22 @@
 import numpy as np
 import pytest
 
-from dynvocab import DynamicVocabLM, Phrase
+from dynvocab import DotProductScorer, DynamicVocabLM, Phrase
 from retrieval import DocumentIndex
-from retrieval.pipeline import _DRAFT_STEP_COSTS, PhrasePipeline, PipelineConfig
+from retrieval.pipeline import _DOCUMENT_STATES, _DRAFT_STEP_COSTS, PhrasePipeline, PipelineConfig
 
 DOCS = [
     {"id": "nyc", "title": "New York", "text": "New York City is the most populous city in the United States. New York City lies on the Hudson River."},
     {"id": "paris", "title": "Paris", "text": "Paris is the capital of France. The Seine river flows through Paris."},
     {"id": "tokyo", "title": "Tokyo", "text": "Tokyo is the capital of Japan. Greater Tokyo is the largest metropolitan area."},
 ]
+
+
+class PreferPhrases(DotProductScorer):
+    """Exact phrase scores lifted by 1e4: a phrase wins every step it may (a masked one stays at -inf)."""
+
+    def forward(self, hidden, vectors, mask=None):
+        return super().forward(hidden, vectors, mask) + 1e4
 
 
 class WordHashEncoder:
@@ -44,12 +51,6 @@ def test_phrases_come_from_the_retrieved_document_and_keep_their_source(pipeline
 
 
 def test_cited_spans_are_marked(pipeline):
-    from dynvocab.scoring import DotProductScorer
-
-    class PreferPhrases(DotProductScorer):
-        def forward(self, hidden, vectors, mask=None):
-            return super().forward(hidden, vectors, mask) + 1e4
-
     pipeline.model.scorer = PreferPhrases()
     result = pipeline("Which river flows through New York City?")
     assert result.phrase_steps == result.steps
@@ -57,12 +58,6 @@ def test_cited_spans_are_marked(pipeline):
 
 
 def test_a_batch_cites_each_row_from_its_own_documents(pipeline):
-    from dynvocab.scoring import DotProductScorer
-
-    class PreferPhrases(DotProductScorer):
-        def forward(self, hidden, vectors, mask=None):
-            return super().forward(hidden, vectors, mask) + 1e4
-
     pipeline.model.scorer = PreferPhrases()
     pipeline.config = PipelineConfig(top_k=1, max_new_tokens=6, agreement_top_k=0, phrase_max_uses=0)
     # both documents hold " is the capital of": one text, a different source in each row
@@ -82,8 +77,6 @@ def test_realtime_mode_adds_phrases_during_decoding(pipeline):
 
 
 def test_realtime_drop_unused_keeps_generated_phrases_readable(pipeline):
-    from dynvocab.scoring import DotProductScorer
-
     class PreferFirst(DotProductScorer):
         def forward(self, hidden, vectors, mask=None):
             scores = super().forward(hidden, vectors, mask)
@@ -104,13 +97,7 @@ def test_realtime_drop_unused_keeps_generated_phrases_readable(pipeline):
 
 
 def test_a_batch_gives_each_prompt_its_own_phrases_and_budget(pipeline):
-    from dynvocab.scoring import DotProductScorer
-
-    class PreferPhrases(DotProductScorer):
-        def forward(self, hidden, vectors, mask=None):
-            return super().forward(hidden, vectors, mask) + 1e4  # a masked phrase stays at -inf
-
-    pipeline.model.scorer = PreferPhrases()
+    pipeline.model.scorer = PreferPhrases()  # a masked phrase stays at -inf
     prompts = ["Which river flows through New York City?", "Tokyo"]
     results = pipeline.batch(prompts, max_chars=[30, 10])
     assert [r.documents[0]["id"] for r in results] == ["nyc", "tokyo"]
@@ -155,12 +142,6 @@ def test_drafts_from_the_retrieved_documents_leave_the_verified_text_as_it_is(pi
     assert drafter.draft(after) == tokens(" United States. New York", add_special_tokens=False).input_ids[:4]
 
 def test_first_token_mass_lets_a_phrase_start_only_where_the_lm_would(pipeline):
-    from dynvocab.scoring import DotProductScorer
-
-    class PreferPhrases(DotProductScorer):
-        def forward(self, hidden, vectors, mask=None):
-            return super().forward(hidden, vectors, mask) + 1e4
-
     prompt = "Which river flows through New York City?"
     pipeline.config = PipelineConfig(top_k=1, max_new_tokens=1, max_phrases=0)
     lm_first = pipeline(prompt).text
@@ -189,12 +170,6 @@ def test_the_phrase_guards_default_by_decoding_and_explicit_values_win():
 
 @pytest.mark.parametrize("verified", [False, True])
 def test_the_context_gate_holds_phrases_to_the_tokens_they_follow_in_the_documents(pipeline, verified):
-    from dynvocab.scoring import DotProductScorer
-
-    class PreferPhrases(DotProductScorer):
-        def forward(self, hidden, vectors, mask=None):
-            return super().forward(hidden, vectors, mask) + 1e4
-
     pipeline.model.scorer = PreferPhrases()
     prompt = "New York City is the most populous city in the"  # the document goes on " United States"
     verify_top_k = pipeline.model.vocab_size if verified else 0
@@ -214,13 +189,43 @@ def test_the_context_gate_holds_phrases_to_the_tokens_they_follow_in_the_documen
 
 
 @pytest.mark.parametrize("verified", [False, True])
+def test_the_state_gate_opens_a_rows_phrases_by_its_own_documents_keys(pipeline, verified):
+    pipeline.model.scorer = PreferPhrases()
+    prompts = ["Which river flows through New York City?", "Tell me about France. Paris"]
+    verify_top_k = pipeline.model.vocab_size if verified else 0
+    settings = {"top_k": 1, "max_new_tokens": 4, "agreement_top_k": 0, "verify_top_k": verify_top_k}
+    pipeline.config = PipelineConfig(**settings, state_threshold=1.0)  # no state is that close: the bare LM
+    shut = pipeline.batch(prompts)
+    assert [r.phrase_steps for r in shut] == [0, 0] and isinstance(pipeline.model.scorer, PreferPhrases)
+    bare = pipeline.model.lm.generate(**pipeline.model.tokenizer(prompts[:1], return_tensors="pt"), max_new_tokens=4,
+                                      do_sample=False, no_repeat_ngram_size=4)
+    assert shut[0].text == pipeline.model.tokenizer.decode(bare[0, -4:])
+    pipeline.config = PipelineConfig(**settings, state_threshold=-1.0)  # every phrase with a key in its documents
+    opened = pipeline.batch(prompts)
+    for result in opened:
+        assert result.phrase_steps == result.steps
+        assert {s.source for s in result.segments if s.is_phrase} == {result.documents[0]["id"]}
+    read = _DOCUMENT_STATES[pipeline.model.lm].misses
+    again = PhrasePipeline(pipeline.model, pipeline.index, pipeline.config).batch(prompts)
+    assert [r.text for r in again] == [r.text for r in opened]
+    assert _DOCUMENT_STATES[pipeline.model.lm].misses == read  # another pipeline on the LM reads no document again
+    documents = pipeline.index.search_documents(prompts, k=1)
+    phrases = [pipeline.candidates(found) for found in documents]
+    pipeline.model.set_phrases(phrases, mid_sentence_forms=False)
+    keys = pipeline.state_keys(documents, phrases)
+    table = pipeline.model.phrase_table
+    for row, found in enumerate(phrases):
+        mine = {table.token_ids.index(tokens) for tokens in table.tokenize([p.text for p in found])}
+        assert set(keys.phrases[keys.rows == row].tolist()) <= mine and keys.num_rows == 2
+    for bad, message in ((1.5, "is a cosine"), (-2.0, "is a cosine")):
+        with pytest.raises(ValueError, match=message):
+            PipelineConfig(state_threshold=bad)
+    with pytest.raises(ValueError, match="real-time mode adds phrases while it decodes"):
+        PipelineConfig(state_threshold=0.9, realtime=True)
+
+
+@pytest.mark.parametrize("verified", [False, True])
 def test_the_phrase_bias_reaches_plain_and_verified_decoding(pipeline, verified):
-    from dynvocab.scoring import DotProductScorer
-
-    class PreferPhrases(DotProductScorer):
-        def forward(self, hidden, vectors, mask=None):
-            return super().forward(hidden, vectors, mask) + 1e4
-
     prompt = "Which river flows through New York City?"
     pipeline.model.scorer = PreferPhrases()
     verify_top_k = pipeline.model.vocab_size if verified else 0  # verification that keeps every phrase whole

@@ -1,0 +1,223 @@
+"""A phrase competes only where the LM is in the state it was in before the phrase in a document: state keys.
+
+Each place a plugged phrase starts in a retrieved document gives it a *key*: the frozen LM's last (normed) hidden
+state just before it there, the state that predicted the phrase's first token. While decoding, a phrase may compete
+at a position only where the cosine of the LM's state there and one of its keys reaches a threshold. It is the
+evidence kNN-LM and CoG use (a phrase represented by its context in the document), here as a gate in front of the
+phrase head; it needs no training. On held-out licences, teacher-forced, a phrase proposed at cosine >= 0.97 was
+right 92% of the time, where the LM's own top token was right 47% of the time; on Wikipedia leads, whose documents
+seldom hold the text, the same threshold seldom opens (``results/calibration-states/``).
+
+    keys = state_keys(model.lm, document_ids, model.phrase_table.token_ids, threshold=0.97)
+    model.generate(ids, phrase_state_keys=keys, phrase_bias=16, ...)
+
+The keys cost one LM pass over the documents' tokens; a :class:`DocumentStates` passed instead of the LM keeps each
+document's states, so a document retrieved again is not read again (the pipeline keeps one).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .context_gate import phrase_starts
+
+__all__ = ["DocumentStates", "StateGatedScorer", "StateKeys", "state_keys"]
+
+
+@dataclass
+class StateKeys:
+    """Keys of phrase occurrences and the cosine a phrase needs to compete.
+
+    ``keys`` ``(n, d)`` unit vectors; ``phrases`` ``(n,)`` the phrase-table index of each key's phrase; ``rows``
+    ``(n,)`` the batch row whose documents gave the key, or None for keys every row may use; ``num_rows`` the rows of
+    that batch.
+    """
+
+    keys: torch.Tensor
+    phrases: torch.Tensor
+    threshold: float
+    rows: torch.Tensor | None = None
+    num_rows: int = 1
+
+    def __post_init__(self) -> None:
+        if not -1.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold={self.threshold} is a cosine: pass a value in [-1, 1] (e.g. 0.97)")
+        n = self.keys.shape[0]
+        if self.keys.dim() != 2 or self.phrases.shape != (n,) or (self.rows is not None and self.rows.shape != (n,)):
+            raise ValueError(f"keys {tuple(self.keys.shape)}, phrases {tuple(self.phrases.shape)} and rows "
+                             f"{None if self.rows is None else tuple(self.rows.shape)} must be (n, d), (n,) and (n,)")
+        if self.rows is not None and n and not 0 <= int(self.rows.min()) <= int(self.rows.max()) < self.num_rows:
+            raise ValueError(f"rows must be 0..{self.num_rows - 1} for num_rows={self.num_rows}; pass the batch's size")
+
+    def to(self, device: torch.device | str) -> StateKeys:
+        rows = None if self.rows is None else self.rows.to(device)
+        return StateKeys(self.keys.to(device), self.phrases.to(device), self.threshold, rows, self.num_rows)
+
+    def for_row(self, row: int) -> StateKeys:
+        """The keys row ``row`` may use, for a batch of that row alone (``generate_verified`` decodes one row)."""
+        if self.rows is None:
+            return self
+        mine = self.rows == row
+        return StateKeys(self.keys[mine], self.phrases[mine], self.threshold)
+
+    def open(self, hidden: torch.Tensor, num_phrases: int) -> torch.Tensor:
+        """``(B, T, d)`` states -> ``(B, T, P)`` bool: which phrases may compete at each position.
+
+        ``B`` may be the batch the keys' rows were made for, repeated by ``generate`` for beams or several
+        returned sequences (each row's copies next to each other). Each row's states meet its own keys only.
+        """
+        batch, steps, width = hidden.shape
+        rows = self.num_rows if self.rows is not None else 1
+        if batch % rows:
+            raise ValueError(f"the keys were made for {rows} rows but the batch has {batch}; pass the keys of each row "
+                             "of this batch")
+        keys, phrases, real = self._by_row(hidden.device)  # (R, m, d), (R, m), (R, m)
+        states = F.normalize(hidden.float(), dim=-1).reshape(rows, (batch // rows) * steps, width)
+        cosines = torch.bmm(states, keys.transpose(1, 2)).masked_fill(~real[:, None, :], -2.0)
+        index = phrases.repeat_interleave(batch // rows, dim=0)[:, None, :].expand(-1, steps, -1)
+        best = hidden.new_full((batch, steps, num_phrases), -2.0, dtype=torch.float32)
+        best.scatter_reduce_(-1, index, cosines.view(batch, steps, -1), reduce="amax")
+        return best >= self.threshold
+
+    def _by_row(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The keys grouped by row, made once: ``(R, m, d)`` keys, ``(R, m)`` phrases and ``(R, m)`` bool, true for
+        a real key (``m``: the most keys a row has; the rest pad)."""
+        cached = self.__dict__.get("_grouped")
+        if cached is not None and cached[0].device == device:
+            return cached
+        n, rows = self.keys.shape[0], self.num_rows if self.rows is not None else 1
+        owner = (self.rows if self.rows is not None else torch.zeros(n, dtype=torch.long)).to(device)
+        counts = torch.bincount(owner, minlength=rows)
+        order = torch.argsort(owner, stable=True)
+        owner = owner[order]
+        slot = torch.arange(n, device=device) - (torch.cumsum(counts, 0) - counts)[owner]
+        most = max(int(counts.max()) if n else 0, 1)
+        keys = torch.zeros(rows, most, self.keys.shape[1], device=device)
+        phrases = torch.zeros(rows, most, dtype=torch.long, device=device)
+        real = torch.zeros(rows, most, dtype=torch.bool, device=device)
+        keys[owner, slot] = self.keys.to(device, torch.float32)[order]
+        phrases[owner, slot] = self.phrases.to(device)[order]
+        real[owner, slot] = True
+        self.__dict__["_grouped"] = keys, phrases, real
+        return keys, phrases, real
+
+
+class StateGatedScorer(nn.Module):
+    """``scorer``'s phrase scores, ``-inf`` where ``keys`` do not open the phrase (``generate``'s
+    ``phrase_state_keys``)."""
+
+    def __init__(self, scorer: nn.Module, keys: StateKeys) -> None:
+        super().__init__()
+        self.scorer, self.keys = scorer, keys
+
+    def forward(self, hidden: torch.Tensor, phrase_vectors: torch.Tensor,
+                phrase_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B, T, d)``, ``(P, d)``, optional ``(B, P)`` mask -> ``(B, T, P)`` scores."""
+        scores = self.scorer(hidden, phrase_vectors, phrase_mask)
+        return scores.masked_fill(~self.keys.open(hidden, phrase_vectors.shape[0]), float("-inf"))
+
+
+class DocumentStates:
+    """The frozen LM's last normed states over documents' first ``max_tokens`` tokens, each document read once.
+
+    Kept by the documents' token ids, least recently used out first beyond ``max_bytes``: documents retrieved for
+    many prompts (a domain's few licences, a popular lead) are read by the LM once, not once per request. The states
+    belong to the LM as it is: make a new one when its weights change.
+    """
+
+    def __init__(self, lm: nn.Module, max_tokens: int = 512, batch_size: int = 8, max_bytes: int = 2**30) -> None:
+        if max_tokens < 2 or batch_size < 1 or max_bytes < 0:
+            raise ValueError(f"max_tokens={max_tokens} must be >= 2, batch_size={batch_size} >= 1 and "
+                             f"max_bytes={max_bytes} >= 0")
+        self._lm = weakref.ref(lm)  # held weakly: a registry keyed by the LM (the pipeline's) can let both go
+        self.max_tokens, self.batch_size, self.max_bytes = max_tokens, batch_size, max_bytes
+        self._kept: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        self.bytes = self.hits = self.misses = 0
+
+    @property
+    def lm(self) -> nn.Module:
+        lm = self._lm()
+        if lm is None:
+            raise RuntimeError("the LM of these document states was deleted; make a DocumentStates for the LM in use")
+        return lm
+
+    @torch.no_grad()
+    def __call__(self, documents: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """``(L_i, d)`` states of each document (``L_i``: its first ``max_tokens`` tokens); unseen ones are read in
+        right-padded batches."""
+        texts = [tuple(ids[: self.max_tokens]) for ids in documents]
+        found = {text: self._kept[text] for text in texts if text in self._kept}
+        for text in found:
+            self._kept.move_to_end(text)
+        missing = list(dict.fromkeys(text for text in texts if text not in found))
+        self.hits, self.misses = self.hits + len(texts) - len(missing), self.misses + len(missing)
+        decoder = self.lm.get_decoder()  # its last state is what the output layer reads (normed); no logits
+        device = next(self.lm.parameters()).device
+        for start in range(0, len(missing), self.batch_size):
+            chunk = missing[start : start + self.batch_size]
+            width = max(map(len, chunk))
+            ids = torch.tensor([text + (0,) * (width - len(text)) for text in chunk], device=device)
+            mask = torch.tensor([[1] * len(text) + [0] * (width - len(text)) for text in chunk], device=device)
+            states = decoder(input_ids=ids, attention_mask=mask).last_hidden_state.float()  # pads come last
+            for row, text in enumerate(chunk):
+                found[text] = self._keep(text, states[row, : len(text)].clone())
+        return [found[text] for text in texts]
+
+    def _keep(self, text: tuple[int, ...], states: torch.Tensor) -> torch.Tensor:
+        size = states.numel() * states.element_size()
+        if size <= self.max_bytes:
+            self._kept[text] = states
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, dropped = self._kept.popitem(last=False)
+                self.bytes -= dropped.numel() * dropped.element_size()
+        return states
+
+
+def state_keys(
+    states: DocumentStates | nn.Module,
+    documents: Sequence[Sequence[int]],
+    phrase_token_ids: Sequence[tuple[int, ...]],
+    threshold: float,
+    rows: Sequence[int] | None = None,
+    allowed: Sequence[set[int] | None] | None = None,
+    num_rows: int | None = None,
+) -> StateKeys:
+    """Keys of every place a phrase of the table starts in ``documents`` (token ids), past their first token: the
+    LM's last normed state just before it.
+
+    ``states`` is a :class:`DocumentStates` (kept across calls), or the LM itself (read once for this call).
+    ``rows[i]`` is the batch row document ``i`` was retrieved for (None: keys for every row) in a batch of
+    ``num_rows`` (default: the largest row + 1); ``allowed[r]``, the phrase-table indices that row ``r`` uses (None:
+    all).
+    """
+    if rows is not None and len(rows) != len(documents):
+        raise ValueError(f"rows has {len(rows)} entries for {len(documents)} documents; give one row per document")
+    read = states if isinstance(states, DocumentStates) else DocumentStates(states, max_bytes=0)
+    index = {tuple(tokens): phrase for phrase, tokens in enumerate(phrase_token_ids)}
+    numbers = [number for number, ids in enumerate(documents) if len(ids) > 1]  # one token: no phrase past it
+    texts = [documents[number][: read.max_tokens] for number in numbers]
+    per_document = read(texts)
+    keys, phrases, key_rows = [], [], []
+    for offset, position, span in phrase_starts(texts, index):
+        row = rows[numbers[offset]] if rows is not None else None
+        usable = allowed[row] if allowed is not None and row is not None else None
+        if position and (usable is None or index[span] in usable):  # the first token has no state before it
+            keys.append(per_document[offset][position - 1])
+            phrases.append(index[span])
+            key_rows.append(row)
+    lm = read.lm
+    device, width = next(lm.parameters()).device, lm.get_output_embeddings().weight.shape[1]
+    stacked = F.normalize(torch.stack(keys), dim=-1) if keys else torch.zeros(0, width, device=device)
+    return StateKeys(
+        stacked, torch.tensor(phrases, dtype=torch.long, device=device), float(threshold),
+        None if rows is None else torch.tensor(key_rows, dtype=torch.long, device=device),
+        (num_rows or max(rows, default=0) + 1) if rows is not None else 1,
+    )
