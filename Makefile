@@ -36,7 +36,7 @@ test-slow: assets
 
 # on a machine with a CUDA device: the core's GPU paths against its CPU paths, and training where PartialState puts it
 test-gpu: assets
-	$(OFFLINE) $(BIN)/python -m pytest -q -m "gpu or not slow" tests/dynvocab/test_cuda.py \
+	$(OFFLINE) $(BIN)/python -m pytest -q -m "gpu or not slow" $(addprefix tests/dynvocab/,test_cuda.py test_shortlist.py) \
 		$(addprefix tests/dynvocab/training/,test_state_cache.py test_loss.py test_trainer.py)
 
 # the page's test in headless Chromium (Debian's package, driven by Playwright), and its screenshot for the docs

@@ -1,7 +1,8 @@
 """The core's GPU paths give what its CPU paths give: ``pytest -m gpu`` on a machine with a CUDA device.
 
 Everywhere else these tests are skipped: the suite's default marker filter leaves them out, and they skip
-without CUDA. ``tests/dynvocab/training/test_state_cache.py`` covers the state cache's GPU build when run there.
+without CUDA. ``tests/dynvocab/training/test_state_cache.py`` covers the state cache's GPU build when run there, and
+``tests/dynvocab/test_shortlist.py`` the shortlist's torch gather on the GPU.
 """
 
 import copy
@@ -12,7 +13,6 @@ import torch
 from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
 from dynvocab.drafting import DocumentDrafter
 from dynvocab.precision import encode_autocast_dtype
-from dynvocab.shortlist import _gathered_runs, _gathered_runs_torch
 from dynvocab.verification import generate_verified
 from tests.helpers import RandomScorer
 
@@ -78,18 +78,6 @@ def test_the_shortlist_written_into_the_logits_on_the_gpu(llama, tokenizer):
     assert logits.device.type == "cuda" and torch.isfinite(dense).any() and torch.isinf(dense).any()
     assert model.scorer.head.centroids.device.type == "cuda"
     assert torch.equal(logits, torch.cat([lm_logits, dense * 0.5 + 2.0], dim=-1))
-
-
-def test_the_torch_gather_on_the_gpu_equals_the_numpy_gather():
-    generator = torch.Generator().manual_seed(1)
-    counts = torch.randint(0, 6, (12,), generator=generator)
-    counts[3] = 0
-    members = torch.randperm(int(counts.sum()), generator=generator)
-    starts = torch.cumsum(counts, 0) - counts
-    for nearest in (torch.tensor([[3, 0, 7]]), torch.randint(0, 12, (5, 4), generator=generator), torch.tensor([[3]])):
-        expected = _gathered_runs(members.numpy(), starts.numpy(), counts.numpy(), nearest.numpy(), 100)
-        got = _gathered_runs_torch(members.to(CUDA), starts.to(CUDA), counts.to(CUDA), nearest.to(CUDA), 100)
-        assert got.device.type == "cuda" and got.cpu().tolist() == expected.tolist()
 
 
 def test_verified_drafting_on_the_gpu_writes_the_bare_lm_text_in_fewer_steps(llama, tokenizer):

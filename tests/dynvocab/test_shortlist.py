@@ -238,9 +238,13 @@ def test_a_members_only_head_gathers_each_probe_sorted_and_padded_after_add_and_
     check(torch.randn(6, 16))
 
 
-def test_the_cpu_and_gpu_gathers_of_the_members_agree():
-    """The numpy gather (CPU heads) and the torch one (heads on a GPU, run here on CPU tensors) give the same rows,
-    an empty cluster among the probed ones included."""
+CUDA_AT_HAND = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA_AT_HAND])])
+def test_the_cpu_and_gpu_gathers_of_the_members_agree(device):
+    """The numpy gather (CPU heads) and the torch one (heads on a GPU; here on ``device``'s tensors) give the same
+    rows, an empty cluster among the probed ones included."""
     generator = torch.Generator().manual_seed(1)
     counts = torch.randint(0, 6, (12,), generator=generator)
     counts[3] = 0
@@ -248,7 +252,8 @@ def test_the_cpu_and_gpu_gathers_of_the_members_agree():
     starts = torch.cumsum(counts, 0) - counts
     for nearest in (torch.tensor([[3, 0, 7]]), torch.randint(0, 12, (5, 4), generator=generator), torch.tensor([[3]])):
         numpy = _gathered_runs(members.numpy(), starts.numpy(), counts.numpy(), nearest.numpy(), 100)
-        assert numpy.tolist() == _gathered_runs_torch(members, starts, counts, nearest, 100).tolist()
+        got = _gathered_runs_torch(*(t.to(device) for t in (members, starts, counts, nearest)), 100)
+        assert got.device.type == device and got.cpu().tolist() == numpy.tolist()
 
 
 @pytest.mark.skipif(not int8_routing_available(), reason="this torch has no quantized CPU engine")
