@@ -1,13 +1,15 @@
 """Load benchmark of ``dynvocab serve`` on loopback: concurrency 1, 4 and 8, each request with its own phrase set,
 against the bare LM served the same way, with a burst that fills the queue.
 
-The server runs in this process (uvicorn in a thread, 127.0.0.1, a free port); clients are a bounded asyncio loop
-of httpx streams, so time to first step is measured on the wire. Held-out Wikipedia leads give the prompts (their
-first 32 tokens); each request retrieves its own ``--retrieve`` documents from the served index (the training
-leads) and the phrases are cut from them. Every prompt first runs alone (greedy: the reference answers, and the
-phrase cache is warm after it); then each concurrency level sends all prompts, with phrases and bare. Reports
+The server runs in this process (uvicorn in a thread, 127.0.0.1, a free port); clients are a bounded asyncio loop of
+httpx streams, so time to first step is measured on the wire. Held-out Wikipedia leads give the prompts (their first
+32 tokens); each request retrieves its own ``--retrieve`` documents from the served index (the training leads) and
+the phrases are cut from them. Every prompt first runs alone (greedy: the reference answers, and the phrase cache is
+warm after it: the rows "first"); then each concurrency level sends all prompts, with phrases and bare. Reports
 requests/s, steps/s, p50/p95 latency, p50 time to first step, 5xx count, answers equal to their lone answer, rows
-decoded together per step (continuous batching), and the 503s of the burst.
+decoded together per step (continuous batching), and the 503s of the burst. ``--state-threshold T`` adds a third run
+beside those two at every level: the phrased requests with the state gate (``state_threshold``), whose encode stage
+then holds the LM's pass over documents no earlier request brought.
 
     nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving
 """
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-wait-ms", type=float, default=10.0)
     parser.add_argument("--max-queue", type=int, default=16, help="the burst sends 3x this many")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--state-threshold", type=float, help="also run the phrased requests with this state gate")
     parser.add_argument("--output", help="folder for benchmark.json and benchmark.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -157,18 +160,26 @@ def main(argv: list[str] | None = None) -> dict:
         phrased = [base | {"prompt": p, "retrieve": args.retrieve} for p in prompts]
     else:  # no index: each request brings a document of its own (the next prompt's text)
         phrased = [base | {"prompt": p, "documents": [prompts[(i + 1) % len(prompts)]]} for i, p in enumerate(prompts)]
-    bare = [base | {"prompt": p} for p in prompts]
+    modes = {"phrases": phrased, "bare": [base | {"prompt": p} for p in prompts]}
+    if args.state_threshold is not None:
+        modes["gated"] = [body | {"state_threshold": args.state_threshold} for body in phrased]
+    lone, levels = {}, {}
+
+    def measure(mode: str, level: str, concurrency: int) -> list[dict]:
+        before = batches(url)
+        replies, seconds = asyncio.run(run_level(url, modes[mode], concurrency))
+        after = batches(url)
+        levels[f"{mode} {level}"] = summary(replies, seconds, lone.get(mode, replies)) | {
+            "mean_batch": (after[0] - before[0]) / max(after[1] - before[1], 1)}
+        print(f"{mode:8s} {level}: {json.dumps(levels[f'{mode} {level}'])}", flush=True)
+        return replies
+
     try:
-        lone = {"phrases": asyncio.run(run_level(url, phrased, 1))[0], "bare": asyncio.run(run_level(url, bare, 1))[0]}
-        levels = {}
+        for mode in modes:  # alone and first: the reference answers; what no earlier request encoded or read is here
+            lone[mode] = measure(mode, "first", 1)
         for concurrency in [int(c) for c in args.concurrency.split(",")]:
-            for mode, bodies in (("phrases", phrased), ("bare", bare)):
-                before = batches(url)
-                replies, seconds = asyncio.run(run_level(url, bodies, concurrency))
-                after = batches(url)
-                levels[f"{mode} c={concurrency}"] = summary(replies, seconds, lone[mode]) | {
-                    "mean_batch": (after[0] - before[0]) / max(after[1] - before[1], 1)}
-                print(f"{mode:8s} c={concurrency}: {json.dumps(levels[f'{mode} c={concurrency}'])}", flush=True)
+            for mode in modes:
+                measure(mode, f"c={concurrency}", concurrency)
         queue = asyncio.run(burst(url, 3 * args.max_queue))
         print(f"burst: {queue}")
     finally:

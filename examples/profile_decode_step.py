@@ -15,6 +15,10 @@ forward over ``k`` tokens).
 
     python examples/profile_decode_step.py --num-prompts 8 --output results/decode-profile/profile.txt
 
+``--state-threshold T`` puts the state gate (``dynvocab.state_keys``) on the dynamic model's steps, keyed by each
+prompt's retrieved documents, and times making the keys: the LM's pass over the documents, the first time and
+again from the kept states.
+
 On a GPU, or any machine without the demo's index: save the prompts' phrases where the index is
 (``--save-phrases phrases.json``), then time there from that file (``--phrases phrases.json --device cuda``).
 ``--random-lm`` builds the LM from its config with random weights, for a machine that has its config and
@@ -140,9 +144,9 @@ def _dynamic_model(lm_name: str, random_lm: bool, linear: str):
     return model
 
 
-def _retrieved_phrases(model, workdir: Path, num_prompts: int) -> tuple[list[str], list[list[str]], dict]:
-    """The first held-out Wikipedia leads cut to 32 tokens, the phrases the pipeline retrieves for each, and its
-    ``generate`` settings (with the phrases' bias at -1e4)."""
+def _retrieved_phrases(model, workdir: Path, num_prompts: int) -> tuple[list[str], list[list[str]], dict, list]:
+    """The first held-out Wikipedia leads cut to 32 tokens, the phrases the pipeline retrieves for each, its
+    ``generate`` settings (with the phrases' bias at -1e4) and each prompt's documents."""
     from dynvocab.corpora import corpus_split
     from retrieval.loading import demo_index
     from retrieval.pipeline import PhrasePipeline, PipelineConfig
@@ -153,7 +157,38 @@ def _retrieved_phrases(model, workdir: Path, num_prompts: int) -> tuple[list[str
     prompts = [tokenizer.decode(tokenizer(lead["text"]).input_ids[:32]) for lead in leads[:num_prompts]]
     documents = pipeline.index.search_documents(prompts, k=pipeline.config.top_k)
     phrases = [[phrase.text for phrase in pipeline.candidates(found)] for found in documents]
-    return prompts, phrases, pipeline.config.generation_kwargs()
+    return prompts, phrases, pipeline.config.generation_kwargs(), documents
+
+
+class _StateGate:
+    """Each prompt's state keys, with the time to make them from unread documents and again from the kept states."""
+
+    def __init__(self, model, threshold: float) -> None:
+        from dynvocab.state_keys import DocumentStates
+
+        self.model, self.threshold = model, threshold
+        self.states = DocumentStates(model.lm)
+        self.seconds: dict[str, list[float]] = {"first": [], "again": []}
+        self.counts: list[tuple[int, int]] = []  # (documents' tokens, keys) per prompt
+
+    def keys(self, documents: list[dict]):
+        from dynvocab.state_keys import state_keys
+
+        ids = self.model.tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids
+        device = next(self.model.parameters()).device
+        for when in ("first", "again"):
+            start = clock(device)
+            keys = state_keys(self.states, ids, self.model.phrase_table.token_ids, self.threshold)
+            self.seconds[when].append(clock(device) - start)
+        self.counts.append((sum(min(len(i), self.states.max_tokens) for i in ids), keys.keys.shape[0]))
+        return keys
+
+    def lines(self) -> list[str]:
+        tokens, keys = (statistics.median(c[n] for c in self.counts) for n in (0, 1))
+        first, again = (statistics.median(self.seconds[when]) for when in ("first", "again"))
+        return [f"\nState keys per prompt (medians): {keys:.0f} keys from {tokens:.0f} document tokens; made in "
+                f"{first:.2f} s the first time (the LM reads the documents no earlier prompt retrieved), in "
+                f"{again:.3f} s again from the kept states"]
 
 
 def _where(device: torch.device, linear: str, random_lm: bool) -> str:
@@ -180,10 +215,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--random-lm", action="store_true",
                         help="the LM from its config with random weights (timings only; see above)")
     parser.add_argument("--lm", default="smollm2", help="the LM: Hub name, path or offline alias")
+    parser.add_argument("--state-threshold", type=float,
+                        help="the state gate on the dynamic model's steps at this cosine (keys from the documents)")
     parser.add_argument("--output", help="also write the printed summary here")
     args = parser.parse_args(argv)
     if args.phrases and args.save_phrases:
         parser.error("--phrases reads saved phrases and --save-phrases writes retrieved ones: pass one of them")
+    if args.phrases and args.state_threshold is not None:
+        parser.error("--state-threshold keys phrases by their documents, which --phrases files do not hold: retrieve "
+                     "them (leave --phrases out)")
 
     model = _dynamic_model(args.lm, args.random_lm, args.linear)
     device = torch.device(args.device)
@@ -193,7 +233,8 @@ def main(argv: list[str] | None = None) -> dict:
         saved = json.loads(Path(args.phrases).read_text(encoding="utf-8"))
         prompts, phrase_sets, settings = saved["prompts"][: args.num_prompts], saved["phrases"], saved["settings"]
     else:
-        prompts, phrase_sets, settings = _retrieved_phrases(model, Path(args.workdir), args.num_prompts)
+        prompts, phrase_sets, settings, documents = _retrieved_phrases(model, Path(args.workdir), args.num_prompts)
+    gate = _StateGate(model, args.state_threshold) if args.state_threshold is not None else None
     if args.save_phrases:
         saved = {"prompts": prompts, "phrases": phrase_sets, "settings": settings}
         Path(args.save_phrases).write_text(json.dumps(saved), encoding="utf-8")
@@ -208,11 +249,12 @@ def main(argv: list[str] | None = None) -> dict:
         for index, (prompt, found) in enumerate(zip(prompts, phrase_sets)):
             model.set_phrases(found, mid_sentence_forms=False)
             phrases += len(found)
+            keyed = {"phrase_state_keys": gate.keys(documents[index])} if gate is not None else {}
             ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
             outputs = {}
             for name in ("bare", "dynamic") if index % 2 == 0 else ("dynamic", "bare"):  # neither always first
                 generate = model.lm.generate if name == "bare" else model.generate
-                kwargs = bare_settings if name == "bare" else settings
+                kwargs = bare_settings if name == "bare" else settings | keyed
                 start = clock(device)  # timed without the profiler, which slows Python calls, not the LM
                 out = generate(ids, max_new_tokens=args.steps, min_new_tokens=args.steps, **kwargs)
                 per_step[name].append((clock(device) - start) / (out.shape[1] - ids.shape[1]))
@@ -248,6 +290,9 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(f"{1e3 * extra:+8.3f} ms ({1e3 * own['dynamic'][key]:7.3f} ms own, {calls[key][1] / steps:6.1f} calls)"
                      f"  {function} ({where})")
     extra, readback = readback_lines(pairs)
+    if gate is not None:
+        lines[0] += f"; state gate at {args.state_threshold} on the dynamic model's steps"
+        extra += gate.lines()
     if device.type == "cuda":
         ids = tokenizer(prompts[0], return_tensors="pt").input_ids.to(device)
         model.set_phrases(phrase_sets[0], mid_sentence_forms=False)

@@ -16,7 +16,7 @@ from dynvocab.config import check_at_least, check_field_types
 from dynvocab.drafting import DocumentDrafter
 from dynvocab.generation import generate_continuations
 from dynvocab.padding import pad_id
-from dynvocab.state_keys import DocumentStates, StateKeys, state_keys
+from dynvocab.state_keys import DocumentStates, StateKeys, row_state_keys
 from dynvocab.stopping import CharacterBudget
 from dynvocab.verification import draft_step_cost, generate_verified
 
@@ -262,19 +262,12 @@ class PhrasePipeline:
         c, model = self.config, self.model
         if c.state_threshold is None:
             return None
-        table = model.phrase_table
-        position = {tokens: i for i, tokens in enumerate(table.token_ids)}
-        texts, rows, allowed = [], [], []
-        for row, (found, chosen) in enumerate(zip(documents, phrases)):
-            texts += [d["text"] for d in found]
-            rows += [row] * len(found)
-            tokenized = table.tokenize([p.text for p in chosen])
-            allowed.append({position[tokens] for tokens in tokenized if tokens in position})
-        ids = model.tokenizer(texts, add_special_tokens=False).input_ids if texts else []
         if model.lm not in _DOCUMENT_STATES:  # one per LM, for every pipeline on it: a document is read once
             _DOCUMENT_STATES[model.lm] = DocumentStates(model.lm)
-        return state_keys(_DOCUMENT_STATES[model.lm], ids, table.token_ids, c.state_threshold, rows=rows,
-                          allowed=allowed, num_rows=len(documents))
+        ids = [model.tokenizer([d["text"] for d in found], add_special_tokens=False).input_ids if found else []
+               for found in documents]
+        return row_state_keys(_DOCUMENT_STATES[model.lm], model.phrase_table, ids,
+                              [[p.text for p in chosen] for chosen in phrases], c.state_threshold)
 
     @torch.no_grad()
     def __call__(self, prompt: str) -> PipelineResult:

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+from dynvocab.scoring import DotProductScorer
+
 
 def tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 16) -> LlamaForCausalLM:
     torch.manual_seed(seed)
@@ -86,6 +88,15 @@ class RandomScorer(torch.nn.Module):
         if phrase_mask is not None:
             scores = scores.masked_fill(~phrase_mask[:, None, :], float("-inf"))
         return scores
+
+
+class PreferPhrases(DotProductScorer):
+    """Exact phrase scores lifted by 100, far above a tiny LM's logits (|logit| < 1): a phrase a row may use wins
+    every step it is not banned, the best of them by its exact score. Not 1e4, where float32 keeps only 1e-3 of a
+    score and nearby phrases tie."""
+
+    def forward(self, hidden, vectors, mask=None):
+        return super().forward(hidden, vectors, mask) + 100.0
 
 
 class PhrasesAlwaysWin(torch.nn.Module):

@@ -2,11 +2,12 @@
 soon as they end, instead of waiting for the batch's longest row (Orca's scheduling, Yu et al., OSDI 2022).
 
 Each row keeps its own phrase set (a row of the ``(B, P)`` mask over one shared phrase table), its own stopping
-terms and its own phrase contexts. A joining group is prefilled on its own and its first id chosen from the
-prefill's scores, as ``generate()`` chooses it; its KV cache is then laid into the batch's slots, left-padded to
-the batch's logical length, each of its ids in the last slot of its step (a step that read a phrase back as its
-``k`` tokens takes ``k`` slots of every row: ``dynvocab.readback``). Rows that leave take their slots with them,
-and the slots no row attends to any more are dropped from the left.
+terms, its own phrase contexts and, in a batch with a state gate, its own state keys (``dynvocab.state_keys``). A
+joining group is prefilled on its own and its first id chosen from the prefill's scores, as ``generate()`` chooses
+it; its KV cache is then laid into the batch's slots, left-padded to the batch's logical length, each of its ids in
+the last slot of its step (a step that read a phrase back as its ``k`` tokens takes ``k`` slots of every row:
+``dynvocab.readback``). Rows that leave take their slots with them, and the slots no row attends to any more are
+dropped from the left.
 
 A step is the model's ``forward`` on the ids the cache lacks, the phrase-aware logits processors of
 ``DynamicVocabLM.phrase_logits_processors`` and ``transformers``' sampling warpers, in ``generate()``'s order.
@@ -27,6 +28,7 @@ from ..model import PHRASE_PROCESSOR_ARGS, DynamicVocabLM
 from ..padding import pad_sequences, position_ids_from_mask
 from ..phrase_table import Phrase
 from ..readback import WIDTHS_ATTRIBUTE
+from ..state_keys import DocumentStates, StateKeys, state_keys
 from .kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_slots, select_rows
 from .rows import Row
 
@@ -39,7 +41,8 @@ SPARE_PHRASES = 4096
 @dataclass
 class Admission:
     """One request ready to join: its prompt, phrases (with sources), phrase contexts, its ``Row``, the seed to
-    sample with (set as it joins) and the caller's own ``handle`` on it (the server's request)."""
+    sample with (set as it joins), the caller's own ``handle`` on it (the server's request) and, in a batch with a
+    state gate, the token ids of the documents whose states key its phrases."""
 
     prompt_ids: list[int]
     phrases: list[Phrase]
@@ -47,6 +50,7 @@ class Admission:
     row: Row
     seed: int | None = None
     handle: Any = None
+    documents: list[list[int]] | None = None
 
 
 @dataclass
@@ -58,6 +62,7 @@ class ActiveRow:
     indices: torch.Tensor  # (n,) the row's phrases in the table
     started: float
     serial: int = field(default_factory=itertools.count().__next__)
+    keys: StateKeys | None = None  # the row's state keys (a batch with a state gate), their phrases table indices
 
     @property
     def row(self) -> Row:
@@ -66,11 +71,18 @@ class ActiveRow:
 
 class RunningBatch:
     """The rows being decoded together, their ids ``(B, L)``, logical mask ``(B, L)`` and KV cache (which holds
-    the first ``L - 1`` steps: the last column is fed at the next step)."""
+    the first ``L - 1`` steps: the last column is fed at the next step).
+
+    With ``state_threshold`` a row's phrase competes only where the LM's state is that close (cosine) to its state
+    before the phrase in one of the row's documents; ``document_states`` keeps documents' states across batches.
+    """
 
     def __init__(self, model: DynamicVocabLM, generation_kwargs: dict, readback: str | None, eos: set[int],
-                 pad: int) -> None:
+                 pad: int, state_threshold: float | None = None, document_states: DocumentStates | None = None) -> None:
         self.model, self.eos, self.pad = model, eos, pad
+        if state_threshold is not None and document_states is None:
+            document_states = DocumentStates(model.lm)
+        self.state_threshold, self.document_states = state_threshold, document_states
         self.readback = readback or model.dynvocab_config.readback
         kwargs = dict(generation_kwargs)
         self.do_sample = bool(kwargs.pop("do_sample", False))
@@ -89,6 +101,8 @@ class RunningBatch:
         self._processors = LogitsProcessorList()
         self._masks_key: tuple | None = None
         self._masks: torch.Tensor | None = None
+        self._keys_key: tuple | None = None
+        self._keys: StateKeys | None = None
         if len(model.phrase_table) or model.phrase_table.num_rows is not None:
             model.phrase_table.keep([])  # a fresh table (the phrase cache keeps the vectors)
 
@@ -110,6 +124,9 @@ class RunningBatch:
             if admission.seed is not None:
                 torch.manual_seed(admission.seed)
         self.model.refresh_phrase_vectors(only_new=True)
+        if self.state_threshold is not None:
+            for active in joining:
+                active.keys = self._row_keys(active)
         self.encode_seconds = time.perf_counter() - start
         ids, mask = pad_sequences([a.admission.prompt_ids for a in joining], self.pad, side="left",
                                   device=self.model.device)
@@ -202,6 +219,9 @@ class RunningBatch:
         self.ids = torch.where(is_phrase, vocab + renumber.to(self.ids.device)[(self.ids - vocab).clamp(min=0)], self.ids)
         for active in self.active:
             active.indices = renumber[active.indices]
+            if active.keys is not None:
+                keys = active.keys
+                active.keys = StateKeys(keys.keys, renumber.to(keys.phrases.device)[keys.phrases], keys.threshold)
             active.row.ids = [vocab + int(renumber[i - vocab]) if i >= vocab else i for i in active.row.ids]
 
     def _widths_after(self, cache: DynamicCache, one_slot_each: torch.Tensor) -> torch.Tensor:
@@ -226,7 +246,8 @@ class RunningBatch:
                 cached = cache.get_seq_length()
                 inputs = {"input_ids": ids[:, cached:], "attention_mask": mask, "past_key_values": cache,
                           "position_ids": position_ids_from_mask(mask)[:, cached:]}
-            out = model(**inputs, phrase_mask=self._phrase_masks(rows), use_cache=True, logits_to_keep=1)
+            with model.state_gate(self._state_keys(rows)):
+                out = model(**inputs, phrase_mask=self._phrase_masks(rows), use_cache=True, logits_to_keep=1)
         finally:
             config.readback = before
         return out.logits[:, -1].to(torch.float32)
@@ -247,6 +268,26 @@ class RunningBatch:
                 masks[position, active.indices] = True
             self._masks, self._masks_key = masks.to(self.model.device), key
         return self._masks
+
+    def _row_keys(self, active: ActiveRow) -> StateKeys:
+        """The keys of a joining row's phrases: its documents' states before each place one of them starts."""
+        documents = active.admission.documents or []
+        return state_keys(self.document_states, documents, self.model.phrase_table.token_ids, self.state_threshold,
+                          rows=[0] * len(documents), allowed=[set(active.indices.tolist())], num_rows=1)
+
+    def _state_keys(self, rows: list[ActiveRow]) -> StateKeys | None:
+        """The batch's state keys, each row's own (None: no state gate)."""
+        if self.state_threshold is None:
+            return None
+        table = self.model.phrase_table
+        key = (table.version, len(table), tuple(r.serial for r in rows))
+        if key != self._keys_key:
+            keys = [r.keys for r in rows]
+            owners = [torch.full((k.keys.shape[0],), n, dtype=torch.long) for n, k in enumerate(keys)]
+            self._keys = StateKeys(torch.cat([k.keys for k in keys]), torch.cat([k.phrases for k in keys]),
+                                   self.state_threshold, torch.cat(owners).to(self.model.device), len(rows))
+            self._keys_key = key
+        return self._keys
 
     def _processors_for(self, rows: list[ActiveRow]) -> LogitsProcessorList:
         """The phrase-aware processors over the current table (with the rows' contexts, in batch order), then the

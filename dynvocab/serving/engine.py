@@ -19,6 +19,7 @@ from retrieval.timing import StageTimer
 from ..model import DynamicVocabLM
 from ..padding import pad_id
 from ..phrase_table import Phrase, PhraseTable
+from ..state_keys import DocumentStates
 from ..text import Segment, segments as phrase_segments
 from .config import ServerConfig
 from .continuous import Admission, RunningBatch
@@ -73,6 +74,8 @@ class Engine:
         # never share the Rust tokenizer (whose settings a call may change)
         self.tokenizer = copy.deepcopy(model.tokenizer)
         self.checker = PhraseTable(self.tokenizer, model.vocab_size, model.phrase_table.max_phrase_tokens)
+        # the states of documents that state-gated requests brought or retrieved, each document read once
+        self.document_states = DocumentStates(model.lm)
 
     # ------------------------------------------------------------------ checking, on the event loop
     def check(self, request: CompletionRequest) -> tuple[list[int], list[Phrase], list[dict], PipelineConfig]:
@@ -94,7 +97,12 @@ class Engine:
                           f"{limits.max_prompt_tokens}", "shorten the prompt")
         if len(request.stops) > 4 or any(not stop for stop in request.stops):
             raise invalid("stop", request.stop, "up to 4 stop strings, none empty", "send at most 4 non-empty strings")
-        return prompt_ids, self._phrases(request), self._documents(request), self._settings(request)
+        settings = self._settings(request)
+        if settings.state_threshold is not None and not (request.documents or request.retrieve):
+            raise invalid("state_threshold", settings.state_threshold, "the state gate lets a phrase compete where the "
+                          "LM's state is close to its state before the phrase in a document, and this request has no "
+                          "documents", "send documents or retrieve with it, or leave state_threshold out")
+        return prompt_ids, self._phrases(request), self._documents(request), settings
 
     def _phrases(self, request: CompletionRequest) -> list[Phrase]:
         phrases = request.phrases or []
@@ -133,7 +141,7 @@ class Engine:
     def batch_key(self, request: CompletionRequest, settings: PipelineConfig, request_id: str) -> tuple:
         """Requests with equal keys decode alike and may share a batch; a seeded sampled request decodes alone."""
         alone = request_id if (not request.greedy and request.seed is not None) else None
-        return request.readback, tuple(sorted(settings.generation_kwargs().items())), alone
+        return request.readback, tuple(sorted(settings.generation_kwargs().items())), settings.state_threshold, alone
 
     # ------------------------------------------------------------------ decoding, on the worker thread
     def run(self, jobs: list[Job]) -> list[Completion]:
@@ -165,8 +173,9 @@ class Engine:
             ended = []
             if not batch:
                 key = jobs[0].key
-                batch = RunningBatch(self.model, jobs[0].settings.generation_kwargs(), jobs[0].request.readback,
-                                     self.eos, pad_id(self.model.tokenizer))
+                settings = jobs[0].settings
+                batch = RunningBatch(self.model, settings.generation_kwargs(), jobs[0].request.readback, self.eos,
+                                     pad_id(self.model.tokenizer), settings.state_threshold, self.document_states)
                 admissions = self._gathered(jobs, lambda room: take(key, room), room, time.perf_counter() + wait)
             else:
                 admissions = self._admissions(jobs) if jobs else []
@@ -216,14 +225,17 @@ class Engine:
                     for job, pipeline, docs in zip(jobs, pipelines, documents)]
             contexts = [pipeline.phrase_contexts(docs, phrases) if docs else None
                         for pipeline, docs, phrases in zip(pipelines, documents, rows)]
+            keyed = [self.model.tokenizer([d["text"] for d in docs], add_special_tokens=False).input_ids
+                     if job.settings.state_threshold is not None and docs else None
+                     for job, docs in zip(jobs, documents)]
         stages = {stage: seconds / len(jobs) for stage, seconds in timer.totals().items()}
         admissions = []
-        for job, docs, phrases, context in zip(jobs, documents, rows, contexts):
+        for job, docs, phrases, context, document_ids in zip(jobs, documents, rows, contexts, keyed):
             sources = {phrase.text: phrase.source for phrase in reversed(phrases)}  # the first source of a text wins
             prepared = _Prepared(job, docs, len(phrases), sources, dict(stages))
             row = Row(job.request.max_tokens, job.request.stops, self._listener(job, prepared), job.cancelled)
             seed = job.request.seed if not job.request.greedy else None
-            admissions.append(Admission(job.prompt_ids, phrases, context, row, seed, prepared))
+            admissions.append(Admission(job.prompt_ids, phrases, context, row, seed, prepared, document_ids))
         return admissions
 
     def _listener(self, job: Job, prepared: _Prepared) -> StepListener:

@@ -13,6 +13,7 @@ PHRASE_SOURCES = ("phrases", "documents", "retrieve")
 PIPELINE_SETTINGS = (
     "unit", "min_length", "max_length", "min_count", "max_phrases", "edges", "ranking", "no_repeat_ngram_size",
     "repetition_penalty", "agreement_top_k", "phrase_max_uses", "first_token_mass", "phrase_bias", "context_tokens",
+    "state_threshold",
 )
 
 
@@ -58,6 +59,7 @@ class CompletionRequest(BaseModel):
     agreement_top_k: int | None = Field(None, ge=0)
     phrase_max_uses: int | None = Field(None, ge=0)
     context_tokens: int | None = Field(None, ge=0)
+    state_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     first_token_mass: bool | None = None
     phrase_bias: float | None = None
     unit: Literal["tokens", "words"] | None = None

@@ -24,6 +24,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from dynvocab import DynamicVocabLM, Phrase, generate_verified
 from dynvocab.config import check_at_least, check_field_types
 from dynvocab.repetition import check_no_repeat_scope
+from dynvocab.state_keys import DocumentStates, row_state_keys
 
 from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
 from ..phrases import document_contexts, extract_phrases
@@ -72,6 +73,12 @@ class QAConfig:
         metadata={"help": "A phrase may follow only the last n tokens its body follows in its document "
                           "(dynvocab.context_gate; 0: off; the figures per setting are in docs/qa.md)."},
     )
+    state_threshold: float | None = field(
+        default=None,
+        metadata={"help": "A phrase may compete only where the cosine of the LM's state and its state just before the "
+                          "phrase in its document reaches this (dynvocab.state_keys; None: off). Needs markers off: "
+                          "a marked phrase ends with its [n], which no document holds."},
+    )
     phrase_bias: float = field(
         default=0.0,
         metadata={"help": "Added to every phrase score at decoding time, on top of the checkpoint's own calibration "
@@ -103,6 +110,12 @@ class QAConfig:
         if self.phrases not in PHRASE_MODES:
             raise ValueError(f"QAConfig.phrases={self.phrases!r}; choose one of {', '.join(PHRASE_MODES)}")
         check_no_repeat_scope(self.no_repeat_ngram_scope)
+        if self.state_threshold is not None and not -1.0 <= self.state_threshold <= 1.0:
+            raise ValueError(f"QAConfig.state_threshold={self.state_threshold} is a cosine: pass a value in [-1, 1] "
+                             "(e.g. 0.95), or None for no state gate")
+        if self.state_threshold is not None and self.markers and self.phrases != "none":
+            raise ValueError("QAConfig.state_threshold keys a phrase by its tokens in its document, and with "
+                             "markers=True each phrase ends with its [n], which no document holds: pass markers=False")
         if self.chat_template not in ("auto", "never"):
             raise ValueError(f"QAConfig.chat_template={self.chat_template!r}; choose 'auto' or 'never'")
 
@@ -121,7 +134,7 @@ class QAConfig:
 
 #: settings that must agree for two systems to share one prompt and one batched decode
 SHARED = ("document_words", "max_new_tokens", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size",
-          "no_repeat_ngram_scope", "phrase_bias", "verify_top_k",
+          "no_repeat_ngram_scope", "phrase_bias", "verify_top_k", "state_threshold",
           "stop_at_newline", "max_sentences", "one_shot", "chat_template")
 
 
@@ -314,6 +327,7 @@ class CitationQA:
                             f"got {type(model).__name__}")
         self.model, self.index, self.config = model, index, config or QAConfig()
         self.prefixes = PrefixCache(model.lm)
+        self.document_states = DocumentStates(model.lm)  # the state gate's: each shown document read once
 
     def retrieve(self, question: str, k: int) -> list[dict]:
         if self.index is None:
@@ -360,10 +374,18 @@ class CitationQA:
         contexts = [cited_phrase_contexts(documents, phrases, tokenizer, c.context_tokens, c.markers)
                     if c.context_tokens else None for c, phrases in zip(configs, rows)]
         gate = {"phrase_contexts": contexts} if any(c is not None for c in contexts) else {}
+        keys = None
+        if first.state_threshold is not None:
+            shown = tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids
+            keys = row_state_keys(self.document_states, model.phrase_table, [shown] * len(rows),
+                                  [[p.text for p in phrases] for phrases in rows], first.state_threshold)
+            gate["phrase_state_keys"] = keys
         stopping = StoppingCriteriaList([AnswerEnd(model.decode, len(ids), first.stop_at_newline, first.max_sentences)])
         if first.verify_top_k:
-            answers = [self._verified(ids, first, stopping, context, row=i if len(rows) > 1 else None)
-                       for i, context in enumerate(contexts)]
+            answers = []
+            for i, context in enumerate(contexts):
+                with model.state_gate(keys.for_row(i) if keys is not None else None):
+                    answers.append(self._verified(ids, first, stopping, context, row=i if len(rows) > 1 else None))
         else:
             cache = self.prefixes(ids)
             if len(rows) > 1:

@@ -79,6 +79,19 @@ def test_document_states_read_each_document_once_and_keep_what_fits(model, token
         DocumentStates(model.lm, max_tokens=1)
 
 
+def test_document_states_read_documents_of_similar_lengths_together(model, monkeypatch):
+    lengths = [2, 30, 3, 29]
+    documents = [list(range(5, 5 + n)) for n in lengths]
+    states, read, decoder = DocumentStates(model.lm, batch_size=2), [], model.lm.get_decoder()
+    forward = decoder.forward
+    monkeypatch.setattr(decoder, "forward", lambda *a, **k: read.append(k["input_ids"].shape[1]) or forward(*a, **k))
+    got = states(documents)
+    assert read == [3, 30]  # not [30, 29]: short documents are not padded to the long ones
+    assert [g.shape[0] for g in got] == lengths  # each comes back in its place
+    for document, kept in zip(documents, got):
+        torch.testing.assert_close(kept, _head_inputs(model, document), atol=1e-5, rtol=1e-5)
+
+
 def test_the_gate_leaves_open_phrases_scored_as_before_and_closes_the_rest(model, tokenizer):
     keys = state_keys(model.lm, _documents(tokenizer), model.phrase_table.token_ids, threshold=0.6)
     ids = tokenizer(["The castle by the river and the old town"], return_tensors="pt").input_ids

@@ -187,9 +187,15 @@ def test_qa_system_names_take_a_context_gate():
     verified = parse_qa_system("ngram-nomark@3:context=4:bias=16:verify=1")
     assert (verified.phrase_bias, verified.verify_top_k, verified.markers) == (16.0, 1, False)
     assert QAEvalConfig().qa_config(verified).verify_top_k == 1 and QAEvalConfig().qa_config(system).verify_top_k == 0
+    gated = parse_qa_system("content-nomark@3:state=0.95:bias=16")
+    assert (gated.state_threshold, gated.phrase_bias) == (0.95, 16)
+    assert parse_qa_system("ngram-nomark").state_threshold is None
+    assert QAEvalConfig().qa_config(gated).state_threshold == 0.95
     for name, message in {"bare@3:context=4": "no phrases to gate", "ngram:context=x": "MODE",
                           "bare@3:bias=2": "no phrases to bias", "ngram:bias=2:context=4": "MODE",
-                          "bare@3:verify=1": "no phrases to verify", "ngram:verify=1:bias=2": "MODE"}.items():
+                          "bare@3:verify=1": "no phrases to verify", "ngram:verify=1:bias=2": "MODE",
+                          "ngram@3:state=0.9": "unmarked mode", "bare@3:state=0.9": "unmarked mode",
+                          "ngram-nomark:state=1.5": "in \\[-1, 1\\]", "ngram-nomark:bias=2:state=0.9": "MODE"}.items():
         with pytest.raises(ValueError, match=message):
             parse_qa_system(name)
 
@@ -225,7 +231,7 @@ def test_qa_systems_that_differ_only_by_their_gate_are_answered_apart():
     assert [r["answer"] for r in records] == ["gate 0", "gate 4", "gate 2"]
 
 
-def test_qa_systems_with_other_phrase_biases_are_decoded_in_separate_batches():
+def test_qa_systems_with_other_phrase_biases_or_state_gates_are_decoded_in_separate_batches():
     from types import SimpleNamespace
 
     from evals.qa.protocol import QAEvalConfig, answer_item, parse_qa_system
@@ -233,18 +239,19 @@ def test_qa_systems_with_other_phrase_biases_are_decoded_in_separate_batches():
     batches = []
 
     def answer_many(question, configs, documents):
-        assert len({c.phrase_bias for c in configs}) == 1  # one generate call applies one bias
+        assert len({(c.phrase_bias, c.state_threshold) for c in configs}) == 1  # one generate call: one bias, one gate
         batches.append([(c.context_tokens, c.phrase_bias) for c in configs])
         return [SimpleNamespace(answer=f"bias {c.phrase_bias}", text="", citations=[], cited=[], documents=[],
                                 steps=1, phrase_steps=0, num_phrases=0, seconds=0.0) for c in configs]
 
     names = ("ngram@3:context=4", "ngram@3:context=4:bias=2", "content@3:context=4:bias=2",
-             "content@3:context=4:bias=2:verify=1")
+             "content@3:context=4:bias=2:verify=1", "content-nomark@3:context=4:state=0.9:bias=2")
     systems = [parse_qa_system(name) for name in names]
     records = answer_item(SimpleNamespace(answer_many=answer_many), QAEvalConfig(), {"id": "q", "question": "Who?"},
                           systems, {s.name: [{"id": "d"}] for s in systems})
-    assert sorted(batches) == [[(4, 0.0)], [(4, 2.0)], [(4, 2.0), (4, 2.0)]]  # verified decoding is a batch apart
-    assert [r["answer"] for r in records] == ["bias 0.0", "bias 2.0", "bias 2.0", "bias 2.0"]
+    # verified decoding is a batch apart, and so is the state gate
+    assert sorted(batches) == [[(4, 0.0)], [(4, 2.0)], [(4, 2.0)], [(4, 2.0), (4, 2.0)]]
+    assert [r["answer"] for r in records] == ["bias 0.0", "bias 2.0", "bias 2.0", "bias 2.0", "bias 2.0"]
 
 
 def test_a_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_refused(tmp_path):

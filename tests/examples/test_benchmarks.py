@@ -63,9 +63,13 @@ def test_phrase_cache_benchmark(capsys):
 
 @pytest.mark.slow
 def test_decode_step_profile(capsys):
-    """Real assets: one prompt, four steps; the dynamic model emits no phrase, so its tokens are the bare LM's."""
-    result = load("profile_decode_step").main(["--num-prompts", "1", "--steps", "4", "--top", "5", "--linear", "plain"])
-    assert result["bare_s"] > 0 and result["dynamic_s"] > 0 and "own time" in capsys.readouterr().out
+    """Real assets: one prompt, four steps, the state gate on; the dynamic model emits no phrase, so its tokens are
+    the bare LM's."""
+    result = load("profile_decode_step").main(["--num-prompts", "1", "--steps", "4", "--top", "5", "--linear", "plain",
+                                               "--state-threshold", "0.9"])
+    assert result["bare_s"] > 0 and result["dynamic_s"] > 0 and result["differ"] == 0
+    out = capsys.readouterr().out
+    assert "own time" in out and "State keys per prompt" in out and "state gate at 0.9" in out
 
 
 def test_packed_linear_benchmark(tiny_lm_dir, capsys):
@@ -78,10 +82,12 @@ def test_packed_linear_benchmark(tiny_lm_dir, capsys):
 def test_serving_benchmark(tiny_lm_dir, tmp_path, capsys):
     results = load("benchmark_serving").main(["--model", str(tiny_lm_dir), "--index", "none", "--num-prompts", "3",
                                               "--max-tokens", "4", "--concurrency", "1,2", "--max-queue", "2",
-                                              "--threads", "1", "--output", str(tmp_path)])
-    assert set(results["levels"]) == {"phrases c=1", "bare c=1", "phrases c=2", "bare c=2"}
+                                              "--threads", "1", "--state-threshold", "0.5", "--output", str(tmp_path)])
+    assert set(results["levels"]) == {f"{mode} {level}" for mode in ("phrases", "bare", "gated")
+                                      for level in ("first", "c=1", "c=2")}
     assert all(level["answered"] == 3 and level["5xx"] == 0 for level in results["levels"].values())
     assert results["levels"]["bare c=2"]["equal_to_lone"] == 3  # greedy: batched answers equal the lone ones
+    assert results["levels"]["gated c=2"]["equal_to_lone"] == 3
     burst = results["burst"]
     assert burst["ok"] + burst["refused_503"] == burst["sent"] == 6 and burst["other"] == 0
     assert burst["refused_with_retry_after"] == burst["refused_503"]

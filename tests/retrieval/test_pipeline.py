@@ -4,19 +4,13 @@ import pytest
 from dynvocab import DotProductScorer, DynamicVocabLM, Phrase
 from retrieval import DocumentIndex
 from retrieval.pipeline import _DOCUMENT_STATES, _DRAFT_STEP_COSTS, PhrasePipeline, PipelineConfig
+from tests.helpers import PreferPhrases
 
 DOCS = [
     {"id": "nyc", "title": "New York", "text": "New York City is the most populous city in the United States. New York City lies on the Hudson River."},
     {"id": "paris", "title": "Paris", "text": "Paris is the capital of France. The Seine river flows through Paris."},
     {"id": "tokyo", "title": "Tokyo", "text": "Tokyo is the capital of Japan. Greater Tokyo is the largest metropolitan area."},
 ]
-
-
-class PreferPhrases(DotProductScorer):
-    """Exact phrase scores lifted by 1e4: a phrase wins every step it may (a masked one stays at -inf)."""
-
-    def forward(self, hidden, vectors, mask=None):
-        return super().forward(hidden, vectors, mask) + 1e4
 
 
 class WordHashEncoder:
@@ -121,7 +115,6 @@ def test_verified_decoding_keeps_rows_budgets_and_counts_steps(pipeline):
         assert 1 <= result.steps <= 10
         assert len(result.text) >= budget or result.steps == 10
         assert result.steps <= len(pipeline.model.tokenizer(result.text, add_special_tokens=False).input_ids) + 1
-
 
 
 def test_drafts_from_the_retrieved_documents_leave_the_verified_text_as_it_is(pipeline):

@@ -8,21 +8,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dynvocab import DynamicVocabLM
-from dynvocab.scoring import DotProductScorer
 from dynvocab.serving import ServerConfig
 from dynvocab.serving.app import create_app
 from dynvocab.serving.engine import Engine
 from retrieval import DocumentIndex
-from tests.helpers import HashEncoder
+from tests.helpers import HashEncoder, PreferPhrases
 
 from .documents import DOCS
-
-
-class PreferPhrases(DotProductScorer):
-    """Exact scores plus 1e4: a row picks one of its own phrases whenever it may (the mask still holds)."""
-
-    def forward(self, hidden, vectors, mask=None):
-        return super().forward(hidden, vectors, mask) + 1e4
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,9 @@ ROWS = [
      "min_length=5 > max_length=2"),
     ("unknown readback", OK | {"readback": "bytes"}, 400, "readback='bytes'"),
     ("unknown unit", OK | {"unit": "chars"}, 400, "input should be 'tokens' or 'words'"),
+    ("state gate without documents", OK | {"phrases": ["New York"], "state_threshold": 0.9}, 400,
+     "send documents or retrieve with it, or leave state_threshold out"),
+    ("state gate above a cosine", OK | {"documents": ["a b"], "state_threshold": 1.5}, 400, "state_threshold=1.5"),
 ]
 
 

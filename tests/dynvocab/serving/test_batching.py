@@ -5,6 +5,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 from dynvocab.serving import continuous
 from dynvocab.serving.engine import Job
@@ -157,3 +158,63 @@ def test_a_stopping_batcher_refuses_new_requests_and_fails_the_queued_ones(make_
     with pytest.raises(ApiError) as refused:
         batcher.submit(job(engine, {"prompt": "The cat"}, 1))
     assert refused.value.status == 503 and refused.value.headers["Retry-After"]
+
+
+#: state-gated rows (``state_threshold``): each row's phrases are keyed by its own documents' states
+GATED = [
+    {"prompt": "New York City is the most populous city in the", "max_tokens": 9, "documents": [DOCS[0]["text"]]},
+    {"prompt": "Tokyo is the capital of", "max_tokens": 7, "retrieve": 2},
+    {"prompt": "Paris", "max_tokens": 10, "documents": [DOCS[1]["text"], DOCS[2]["text"]]},
+    {"prompt": "The Seine river flows through", "max_tokens": 6, "retrieve": 1, "phrases": ["the Hudson River"]},
+]
+
+
+@pytest.mark.parametrize("readback", ["tokens", "vector"])
+def test_a_state_gated_batch_equals_each_request_alone(make_engine, monkeypatch, readback):
+    """Rows join a running batch of two and leave it; the table compacts (phrase ids renumbered) at every leave."""
+    monkeypatch.setattr(continuous, "SPARE_PHRASES", 0)
+    engine = make_engine(phrases_win=True, max_batch_size=2)
+    requests = [fields | {"readback": readback, "state_threshold": 0.5, "phrase_max_uses": 0} for fields in GATED]
+    alone = [engine.run([job(engine, fields, n)])[0] for n, fields in enumerate(requests)]
+    ungated = [engine.run([job(engine, fields | {"state_threshold": None}, n)])[0] for n, fields in enumerate(requests)]
+    together = engine.run([job(engine, fields, n) for n, fields in enumerate(requests)])
+    assert 0 < sum(c.phrase_steps for c in alone) < sum(c.phrase_steps for c in ungated)  # the gate holds some back
+    for single, batched in zip(alone, together):
+        assert (batched.text, batched.segments) == (single.text, single.segments)
+    assert engine.document_states.misses == 3  # each document's states read once, by the first request that had it
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.9])
+def test_a_state_gated_row_writes_a_phrase_exactly_where_its_state_meets_a_key(make_engine, threshold):
+    """Brute force: at every step, the LM's state over the text so far against its state before each place one of
+    the row's phrases starts in the documents. Phrases win wherever they may, so a phrase is written iff one is open."""
+    engine = make_engine(phrases_win=True)
+    model, documents = engine.model, [DOCS[0]["text"], DOCS[2]["text"]]
+    fields = {"prompt": "New York City is the most populous city in the", "max_tokens": 12, "documents": documents,
+              "state_threshold": threshold, "phrase_max_uses": 0}
+    rows = []
+    completion = engine._completion
+    engine._completion = lambda prepared, row: rows.append(list(row.ids)) or completion(prepared, row)
+    assert engine.run([job(engine, fields, 0)])[0].phrase_steps >= 1
+    decoder, table, vocab = model.lm.get_decoder(), model.phrase_table, model.vocab_size
+
+    def last_state(ids: list[int]) -> torch.Tensor:
+        return torch.nn.functional.normalize(decoder(input_ids=torch.tensor([ids])).last_hidden_state[0, -1], dim=-1)
+
+    with torch.no_grad():
+        keys = {}  # phrase index -> the states before its places in the documents
+        for document in model.tokenizer(documents, add_special_tokens=False).input_ids:
+            for p, tokens in enumerate(table.token_ids):
+                for i in range(1, len(document) - len(tokens) + 1):
+                    if tuple(document[i : i + len(tokens)]) == tokens:
+                        keys.setdefault(p, []).append(last_state(document[:i]))
+        physical = model.tokenizer(fields["prompt"])["input_ids"]
+        for chosen in rows[0]:
+            state = last_state(physical)
+            cosines = {p: max((key @ state).item() for key in states) for p, states in keys.items()}
+            best = max(cosines.values(), default=-2.0)
+            if abs(best - threshold) > 1e-4:  # clear of the threshold, where float rounding cannot flip it
+                assert (chosen >= vocab) == (best >= threshold)
+            if chosen >= vocab:
+                assert cosines.get(chosen - vocab, -2.0) >= threshold - 1e-4
+            physical += list(table.token_ids[chosen - vocab]) if chosen >= vocab else [chosen]

@@ -3,11 +3,11 @@
 import pytest
 
 from dynvocab import DynamicVocabLM, Phrase, Segment
-from dynvocab.scoring import DotProductScorer
 from retrieval.qa.citations import MARKER, cite_segments, numbered_phrases, strip_markers
 from retrieval.qa.answering import (
     CitationQA, QAConfig, build_messages, cited_phrase_contexts, document_phrases, prompt_ids,
 )
+from tests.helpers import PreferPhrases
 
 DOCS = [
     {"id": "nyc", "title": "New York", "text": "New York City is the most populous city in the United States. "
@@ -15,13 +15,6 @@ DOCS = [
     {"id": "paris", "title": "Paris", "text": "Paris is the capital of France. The Seine river flows through Paris."},
 ]
 QUESTION = "Which river flows through New York City?"
-
-
-class PreferPhrases(DotProductScorer):
-    """Every phrase a row may use outscores every token: greedy decoding emits phrases while it can."""
-
-    def forward(self, hidden, vectors, mask=None):
-        return super().forward(hidden, vectors, mask) + 1e4
 
 
 @pytest.fixture
@@ -146,7 +139,7 @@ def test_a_gated_system_writes_a_phrase_only_after_its_body_context(model):
 
 
 def test_a_phrase_bias_shifts_the_balance_and_is_never_mixed_into_one_batch(model):
-    model.scorer = PreferPhrases()  # phrases outscore tokens by 1e4
+    model.scorer = PreferPhrases()  # phrases outscore tokens by 100
     assert CitationQA(model, config=quick())(QUESTION, DOCS).phrase_steps == 6
     held_back = CitationQA(model, config=quick(phrase_bias=-2e4))(QUESTION, DOCS)
     assert held_back.phrase_steps == 0 and held_back.num_phrases
@@ -161,6 +154,20 @@ def test_systems_answered_together_equal_each_answered_alone(model):
     alone = [CitationQA(model, config=c)(QUESTION, DOCS) for c in configs]
     assert [r.answer for r in together] == [r.answer for r in alone]
     assert together[0].num_phrases == 0 and all(r.num_phrases for r in together[1:])
+
+
+def test_a_state_gated_system_holds_back_phrases_where_the_lms_state_meets_no_key(model):
+    """Each phrase competes only where the LM's state is close to its state before the phrase in the documents the
+    prompt shows; systems gated alike answer together as they answer alone."""
+    model.scorer = PreferPhrases()
+    free = CitationQA(model, config=quick(markers=False, max_new_tokens=10))(QUESTION, DOCS)
+    configs = [quick(phrases=mode, markers=False, max_new_tokens=10, state_threshold=0.3)
+               for mode in ("ngram", "content")]
+    alone = [CitationQA(model, config=c)(QUESTION, DOCS) for c in configs]
+    assert free.phrase_steps == free.steps and 0 < alone[0].phrase_steps < free.phrase_steps
+    together = CitationQA(model).answer_many(QUESTION, configs, DOCS)
+    assert [r.text for r in together] == [r.text for r in alone]
+    assert [r.phrase_steps for r in together] == [r.phrase_steps for r in alone]
 
 
 def test_an_answer_guarded_against_its_own_ngrams_may_still_copy_the_documents(model):
@@ -205,6 +212,11 @@ def test_a_verified_answer_is_the_lms_own_and_its_copied_spans_cite_their_docume
     assert phrase_citations and verified.steps < bare.steps
     assert all(c.number == 1 and c.span in DOCS[0]["text"] for c in phrase_citations)
     assert strip_markers(verified.answer) == bare.answer
+    # the state gate holds phrases back in verified decoding too: the answer stays the LM's own
+    shut, open_ = (CitationQA(model, config=quick(verify_top_k=1, state_threshold=t, **settings))(QUESTION, DOCS)
+                   for t in (0.999, -1.0))
+    assert shut.text == open_.text == bare.text
+    assert len([c for c in shut.citations if c.origin == "phrase"]) < len(phrase_citations)
 
 
 def test_retrieved_documents_and_the_prefix_cache(model, tokenizer):
@@ -245,7 +257,8 @@ def test_the_answer_ends_at_its_first_line_break(model, tokenizer):
     ("settings", "fragment"),
     [({"top_k": 0}, "top_k=0"), ({"phrases": "parsed"}, "phrases='parsed'"), ({"document_words": 0}, "document_words"),
      ({"chat_template": "always"}, "chat_template"), ({"max_phrases": -1}, "max_phrases"),
-     ({"no_repeat_ngram_scope": "answer"}, "no_repeat_ngram_scope='answer'"), ({"verify_top_k": -1}, "verify_top_k")],
+     ({"no_repeat_ngram_scope": "answer"}, "no_repeat_ngram_scope='answer'"), ({"verify_top_k": -1}, "verify_top_k"),
+     ({"state_threshold": 0.9}, "pass markers=False"), ({"state_threshold": 2.0, "markers": False}, "is a cosine")],
 )
 def test_bad_settings_are_refused(settings, fragment):
     with pytest.raises(ValueError, match=fragment):
