@@ -194,6 +194,7 @@ def state_keys(
     rows: Sequence[int] | None = None,
     allowed: Sequence[set[int] | None] | None = None,
     num_rows: int | None = None,
+    first_key: Sequence[int] | None = None,
 ) -> StateKeys:
     """Keys of every place a phrase of the table starts in ``documents`` (token ids), past their first token: the
     LM's last normed state just before it.
@@ -201,10 +202,13 @@ def state_keys(
     ``states`` is a :class:`DocumentStates` (kept across calls), or the LM itself (read once for this call).
     ``rows[i]`` is the batch row document ``i`` was retrieved for (None: keys for every row) in a batch of
     ``num_rows`` (default: the largest row + 1); ``allowed[r]``, the phrase-table indices that row ``r`` uses (None:
-    all).
+    all); ``first_key[i]``, the first position of document ``i`` that gives keys (the tokens before it only
+    condition the states: a prompt's instructions and worked example; default 0).
     """
     if rows is not None and len(rows) != len(documents):
         raise ValueError(f"rows has {len(rows)} entries for {len(documents)} documents; give one row per document")
+    if first_key is not None and len(first_key) != len(documents):
+        raise ValueError(f"first_key has {len(first_key)} entries for {len(documents)} documents; give one each")
     read = states if isinstance(states, DocumentStates) else DocumentStates(states, max_bytes=0)
     index = {tuple(tokens): phrase for phrase, tokens in enumerate(phrase_token_ids)}
     numbers = [number for number, ids in enumerate(documents) if len(ids) > 1]  # one token: no phrase past it
@@ -214,7 +218,8 @@ def state_keys(
     for offset, position, span in phrase_starts(texts, index):
         row = rows[numbers[offset]] if rows is not None else None
         usable = allowed[row] if allowed is not None and row is not None else None
-        if position and (usable is None or index[span] in usable):  # the first token has no state before it
+        start = max(first_key[numbers[offset]], 1) if first_key is not None else 1  # token 0 has no state before it
+        if position >= start and (usable is None or index[span] in usable):
             keys.append(per_document[offset][position - 1])
             phrases.append(index[span])
             key_rows.append(row)
@@ -234,13 +239,17 @@ def row_state_keys(
     documents: Sequence[Sequence[Sequence[int]]],
     phrases: Sequence[Sequence[str]],
     threshold: float,
+    first_key: Sequence[Sequence[int]] | None = None,
 ) -> StateKeys:
     """The keys of each batch row's phrases in that row's own documents: ``documents[r]`` the token ids of row
-    ``r``'s documents, ``phrases[r]`` the texts of its phrases, already set on ``table`` (the model's phrase table)."""
-    if len(documents) != len(phrases):
-        raise ValueError(f"{len(documents)} rows of documents and {len(phrases)} of phrases; give both per batch row")
+    ``r``'s documents, ``phrases[r]`` the texts of its phrases, already set on ``table`` (the model's phrase table);
+    ``first_key[r]``, as ``documents[r]``, each document's first position that gives keys (``state_keys``)."""
+    if len(documents) != len(phrases) or (first_key is not None and len(first_key) != len(documents)):
+        raise ValueError(f"{len(documents)} rows of documents, {len(phrases)} of phrases and "
+                         f"{'no' if first_key is None else len(first_key)} of first_key; give each per batch row")
     position = {tokens: i for i, tokens in enumerate(table.token_ids)}
     allowed = [{position[tokens] for tokens in table.tokenize(list(texts)) if tokens in position} for texts in phrases]
     rows = [row for row, found in enumerate(documents) for _ in found]
+    starts = None if first_key is None else [start for found in first_key for start in found]
     return state_keys(states, [ids for found in documents for ids in found], table.token_ids, threshold, rows=rows,
-                      allowed=allowed, num_rows=len(documents))
+                      allowed=allowed, num_rows=len(documents), first_key=starts)

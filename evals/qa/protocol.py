@@ -6,7 +6,7 @@ its document's ``[n]``) or ``ngram-nomark`` / ``content-nomark`` (the same phras
 written after each from provenance); ``@K`` documents (default 3); ``+oracle`` puts the evidence page in place of
 the k-th document when retrieval missed it; ``:context=N`` lets a phrase follow only the N tokens its body follows
 in its document (``dynvocab.context_gate``); ``:state=T`` lets a phrase compete only where the cosine of the LM's
-state and its state before the phrase in its document reaches T (``dynvocab.state_keys``; unmarked modes only);
+state and its state before the phrase in the prompt reaches T (``dynvocab.state_keys``; unmarked modes only);
 ``:bias=B`` adds B to every phrase score; ``:verify=N`` keeps an emitted phrase only while each of its tokens is in
 the LM's top N (``dynvocab.verification``: with N = 1 the answer is the LM's own, its spans copied from a document
 cite it). Systems that see the same documents with the same state gate, bias and verification for a question share

@@ -76,8 +76,8 @@ class QAConfig:
     state_threshold: float | None = field(
         default=None,
         metadata={"help": "A phrase may compete only where the cosine of the LM's state and its state just before the "
-                          "phrase in its document reaches this (dynvocab.state_keys; None: off). Needs markers off: "
-                          "a marked phrase ends with its [n], which no document holds."},
+                          "phrase in the prompt, whose documents it was cut from, reaches this (dynvocab.state_keys; "
+                          "None: off). Needs markers off: a marked phrase ends with its [n], which the prompt lacks."},
     )
     phrase_bias: float = field(
         default=0.0,
@@ -114,8 +114,8 @@ class QAConfig:
             raise ValueError(f"QAConfig.state_threshold={self.state_threshold} is a cosine: pass a value in [-1, 1] "
                              "(e.g. 0.95), or None for no state gate")
         if self.state_threshold is not None and self.markers and self.phrases != "none":
-            raise ValueError("QAConfig.state_threshold keys a phrase by its tokens in its document, and with "
-                             "markers=True each phrase ends with its [n], which no document holds: pass markers=False")
+            raise ValueError("QAConfig.state_threshold keys a phrase by its tokens in the prompt's documents, and with "
+                             "markers=True each phrase ends with its [n], which they do not hold: pass markers=False")
         if self.chat_template not in ("auto", "never"):
             raise ValueError(f"QAConfig.chat_template={self.chat_template!r}; choose 'auto' or 'never'")
 
@@ -327,7 +327,8 @@ class CitationQA:
                             f"got {type(model).__name__}")
         self.model, self.index, self.config = model, index, config or QAConfig()
         self.prefixes = PrefixCache(model.lm)
-        self.document_states = DocumentStates(model.lm)  # the state gate's: each shown document read once
+        # the state gate's keys are the LM's states over the prompt itself, read once per prompt
+        self.prompt_states = DocumentStates(model.lm, max_tokens=4096)
 
     def retrieve(self, question: str, k: int) -> list[dict]:
         if self.index is None:
@@ -376,9 +377,13 @@ class CitationQA:
         gate = {"phrase_contexts": contexts} if any(c is not None for c in contexts) else {}
         keys = None
         if first.state_threshold is not None:
-            shown = tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids
-            keys = row_state_keys(self.document_states, model.phrase_table, [shown] * len(rows),
-                                  [[p.text for p in phrases] for phrases in rows], first.state_threshold)
+            # keys from the prompt, not from each document alone: the answer is written in the prompt's context, and
+            # on FanOutQA the prompt's keys let phrases through where the documents' own did not (results/qa-state/);
+            # only the question's documents give keys, the instructions and the worked example before them do not
+            before = _common_prefix(ids, prompt_ids(tokenizer, question, [], first), len(ids))
+            keys = row_state_keys(self.prompt_states, model.phrase_table, [[ids]] * len(rows),
+                                  [[p.text for p in phrases] for phrases in rows], first.state_threshold,
+                                  first_key=[[before]] * len(rows))
             gate["phrase_state_keys"] = keys
         stopping = StoppingCriteriaList([AnswerEnd(model.decode, len(ids), first.stop_at_newline, first.max_sentences)])
         if first.verify_top_k:

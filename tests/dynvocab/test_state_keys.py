@@ -52,6 +52,21 @@ def test_a_key_is_the_lm_state_just_before_each_place_a_phrase_starts(model, tok
     torch.testing.assert_close(batched.keys, keys.keys, atol=1e-5, rtol=1e-5)
     short = state_keys(model.lm, [[], documents[0][:1], *documents], table, threshold=0.9, rows=[0, 0, 1, 0])
     assert short.phrases.tolist() == keys.phrases.tolist() and set(short.rows.tolist()) == {0, 1}  # nothing to read
+    # from first_key on only: the tokens before condition the states (a prompt's example) and give no key
+    first = [len(ids) // 2 for ids in documents]
+    later = state_keys(model.lm, documents, table, threshold=0.9, first_key=first)
+    after = [(p, state) for (p, state), (n, start) in zip(expected, _starts(documents, table)) if start >= first[n]]
+    assert 0 < len(after) < len(expected) and sorted(later.phrases.tolist()) == sorted(p for p, _ in after)
+    for p, state in after:
+        assert any(torch.allclose(key, state, atol=1e-5) for key in later.keys[later.phrases == p])
+    with pytest.raises(ValueError, match="first_key has 1 entries for 2 documents"):
+        state_keys(model.lm, documents, table, threshold=0.9, first_key=[0])
+
+
+def _starts(documents: list[list[int]], table: list[tuple[int, ...]]) -> list[tuple[int, int]]:
+    """``(document, position)`` of every place a phrase starts past the first token, in the brute force's order."""
+    return [(n, start) for n, ids in enumerate(documents) for start in range(1, len(ids)) for tokens in table
+            if tuple(ids[start:start + len(tokens)]) == tokens]
 
 
 def test_document_states_read_each_document_once_and_keep_what_fits(model, tokenizer, monkeypatch):

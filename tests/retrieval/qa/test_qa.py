@@ -4,6 +4,7 @@ import pytest
 
 from dynvocab import DynamicVocabLM, Phrase, Segment
 from retrieval.qa.citations import MARKER, cite_segments, numbered_phrases, strip_markers
+from retrieval.qa import answering
 from retrieval.qa.answering import (
     CitationQA, QAConfig, build_messages, cited_phrase_contexts, document_phrases, prompt_ids,
 )
@@ -156,18 +157,25 @@ def test_systems_answered_together_equal_each_answered_alone(model):
     assert together[0].num_phrases == 0 and all(r.num_phrases for r in together[1:])
 
 
-def test_a_state_gated_system_holds_back_phrases_where_the_lms_state_meets_no_key(model):
-    """Each phrase competes only where the LM's state is close to its state before the phrase in the documents the
-    prompt shows; systems gated alike answer together as they answer alone."""
+def test_a_state_gated_system_holds_back_phrases_where_the_lms_state_meets_no_key(model, tokenizer, monkeypatch):
+    """Each phrase competes only where the LM's state is close to its state before the phrase in the prompt's
+    documents (not in its instructions or worked example); systems gated alike answer together as alone."""
     model.scorer = PreferPhrases()
     free = CitationQA(model, config=quick(markers=False, max_new_tokens=10))(QUESTION, DOCS)
-    configs = [quick(phrases=mode, markers=False, max_new_tokens=10, state_threshold=0.3)
+    configs = [quick(phrases=mode, markers=False, max_new_tokens=10, state_threshold=0.6)
                for mode in ("ngram", "content")]
     alone = [CitationQA(model, config=c)(QUESTION, DOCS) for c in configs]
     assert free.phrase_steps == free.steps and 0 < alone[0].phrase_steps < free.phrase_steps
     together = CitationQA(model).answer_many(QUESTION, configs, DOCS)
     assert [r.text for r in together] == [r.text for r in alone]
     assert [r.phrase_steps for r in together] == [r.phrase_steps for r in alone]
+    keyed, row_state_keys = [], answering.row_state_keys
+    monkeypatch.setattr(answering, "row_state_keys", lambda *a, **k: keyed.append((a, k)) or row_state_keys(*a, **k))
+    CitationQA(model, config=configs[0])(QUESTION, DOCS)
+    (_, _, [[ids]], _, threshold), kwargs = keyed[0]
+    start = kwargs["first_key"][0][0]
+    assert threshold == 0.6 and ids == prompt_ids(tokenizer, QUESTION, DOCS, configs[0])
+    assert tokenizer.decode(ids[start:]).lstrip().startswith("Document [1](Title: New York)")  # the documents on
 
 
 def test_an_answer_guarded_against_its_own_ngrams_may_still_copy_the_documents(model):
@@ -212,11 +220,12 @@ def test_a_verified_answer_is_the_lms_own_and_its_copied_spans_cite_their_docume
     assert phrase_citations and verified.steps < bare.steps
     assert all(c.number == 1 and c.span in DOCS[0]["text"] for c in phrase_citations)
     assert strip_markers(verified.answer) == bare.answer
-    # the state gate holds phrases back in verified decoding too: the answer stays the LM's own
-    shut, open_ = (CitationQA(model, config=quick(verify_top_k=1, state_threshold=t, **settings))(QUESTION, DOCS)
-                   for t in (0.999, -1.0))
-    assert shut.text == open_.text == bare.text
-    assert len([c for c in shut.citations if c.origin == "phrase"]) < len(phrase_citations)
+    # the state gate in verified decoding: the row's keys are applied, and the answer stays the LM's own
+    gates, state_gate = [], model.state_gate
+    model.state_gate = lambda keys: gates.append(keys) or state_gate(keys)
+    gated = CitationQA(model, config=quick(verify_top_k=1, state_threshold=0.9, **settings))(QUESTION, DOCS)
+    assert gated.text == bare.text and {c.number for c in gated.citations if c.origin == "phrase"} <= {1}
+    assert [k.keys.shape[0] > 0 for k in gates if k is not None] == [True]  # the row's keys, once
 
 
 def test_retrieved_documents_and_the_prefix_cache(model, tokenizer):
