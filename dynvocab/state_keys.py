@@ -83,9 +83,10 @@ class StateKeys:
             raise ValueError(f"the keys were made for {rows} rows but the batch has {batch}; pass the keys of each row "
                              "of this batch")
         keys, phrases, real = self._by_row(hidden.device)  # (R, m, d), (R, m), (R, m)
-        states = F.normalize(hidden.float(), dim=-1).reshape(rows, (batch // rows) * steps, width)
+        copies = batch // rows  # beams or returned sequences of a row; 1 in plain decoding, with no copy to make
+        states = F.normalize(hidden.float(), dim=-1).reshape(rows, copies * steps, width)
         cosines = torch.bmm(states, keys.transpose(1, 2)).masked_fill(~real[:, None, :], -2.0)
-        index = phrases.repeat_interleave(batch // rows, dim=0)[:, None, :].expand(-1, steps, -1)
+        index = (phrases.repeat_interleave(copies, dim=0) if copies > 1 else phrases)[:, None, :].expand(-1, steps, -1)
         best = hidden.new_full((batch, steps, num_phrases), -2.0, dtype=torch.float32)
         best.scatter_reduce_(-1, index, cosines.view(batch, steps, -1), reduce="amax")
         return best >= self.threshold
