@@ -9,7 +9,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest
 import torch
-from transformers import GPT2TokenizerFast
+from transformers import GPT2TokenizerFast, set_seed
 
 from dynvocab.assets import fetch, gpt2_tokenizer_dir
 from tests.helpers import tiny_gpt2, tiny_llama, word_tokenizer
@@ -21,6 +21,13 @@ def _collectable_again():
     process the next test's garbage must stay collectable."""
     yield
     gc.unfreeze()
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every test starts from the same random state (Python, numpy, torch), so what it builds at random, such as a
+    fresh phrase encoder, does not depend on the tests that ran before it: a test passes alone as in the full run."""
+    set_seed(0)
 
 
 @pytest.fixture(scope="session")
