@@ -11,7 +11,8 @@ from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .scoring import DotProductScorer
 from .shortlist import ShortlistConfig, ShortlistHead
 from .shortlist_scorer import ShortlistScorer
-from .state_keys import DocumentStates, StateKeys, state_keys
+from .state_keys import StateKeys, state_keys
+from .state_store import DocumentStates
 from .text import Segment
 from .verification import VerifiedOutput, generate_verified
 

@@ -14,26 +14,43 @@ Layout of a store folder::
         token_ids.npy   (sum of lengths,) int32: every phrase's token ids, one after the other
         offsets.npy     (n + 1,) int64: phrase i is token_ids[offsets[i]:offsets[i + 1]]
         vectors.npy     (n, d) float32, float16, or bfloat16 bits as uint16
+
+The folder's parts (``store.json`` with a :class:`StoreKind`'s format tag, sequences of token ids in shards written
+atomically, a build that resumes at its first unfinished shard) serve ``dynvocab.state_store`` too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .atomic import MANIFEST, atomic_directory, recover
+from .atomic import MANIFEST, atomic_directory, recover, remove_directory
+from .fingerprints import weights_digest
 
-__all__ = ["PhraseVectorStore", "encoder_fingerprint", "phrase_keys", "write_store_record", "write_shard"]
+__all__ = ["PHRASE_VECTORS", "PhraseVectorStore", "StoreKind", "encoder_fingerprint", "phrase_keys", "read_record",
+           "start_or_resume", "write_record", "write_shard", "write_token_shard"]
 
 STORE_FILE = "store.json"
-FORMAT = "dynvocab.PhraseVectorStore"
 FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    """A kind of store folder: its ``format`` tag, what it holds (for messages) and the command that builds it."""
+
+    format: str
+    what: str
+    command: str
+
+
+PHRASE_VECTORS = StoreKind("dynvocab.PhraseVectorStore", "phrase vectors",
+                           "dynvocab phrase-vectors --index <index folder>")
 #: numpy dtypes the vectors are saved in, by ``phrase_dtype`` (numpy has no bfloat16: its bits are kept as uint16)
 _SAVED = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
 # odd 64-bit multipliers of the polynomial key (any fixed pair works; collisions are caught by comparing ids)
@@ -42,11 +59,7 @@ _BASE, _LENGTH = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
 def encoder_fingerprint(encoder: torch.nn.Module, encode_dtype: str, phrase_dtype: str) -> str:
     """sha256 of a phrase encoder's weights (shared token embeddings included) and the dtypes it encodes in."""
-    digest = hashlib.sha256(f"{encode_dtype}/{phrase_dtype}".encode())
-    for name, tensor in sorted(encoder.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    return weights_digest(encoder, f"{encode_dtype}/{phrase_dtype}")
 
 
 def phrase_keys(flat_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -80,32 +93,55 @@ def flatten(token_ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]
     return flat, offsets
 
 
-def write_store_record(directory: str | Path, record: dict[str, Any]) -> None:
-    """Write ``store.json`` (``record`` must hold ``fingerprint``, ``phrase_dtype`` and ``dim``) into ``directory``."""
-    missing = {"fingerprint", "phrase_dtype", "dim"} - set(record)
-    if missing:
-        raise ValueError(f"a phrase store record needs {sorted(missing)}")
-    if record["phrase_dtype"] not in _SAVED:
-        raise ValueError(f"phrase_dtype={record['phrase_dtype']!r} must be one of {sorted(_SAVED)}")
+def write_record(directory: str | Path, record: dict[str, Any], kind: StoreKind) -> None:
+    """Write ``store.json`` (``kind``'s format tag, then ``record``) into ``directory``, atomically."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path, staging = directory / STORE_FILE, directory / f".{STORE_FILE}.tmp"
-    staging.write_text(json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION, **record}, indent=2) + "\n")
+    staging.write_text(json.dumps({"format": kind.format, "format_version": FORMAT_VERSION, **record}, indent=2) + "\n")
     staging.replace(path)
+
+
+def start_or_resume(directory: Path, record: dict[str, Any], overwrite: bool, kind: StoreKind) -> None:
+    """Write ``store.json``, or check that the one there describes the same build (else refuse, or with
+    ``overwrite`` start again)."""
+    if (directory / STORE_FILE).is_file():
+        found = read_record(directory, kind)
+        changed = sorted(name for name in record if found.get(name) != record[name])
+        if not changed:
+            return
+        if not overwrite:
+            raise ValueError(
+                f"{directory} holds {kind.what} of another build (different {', '.join(changed)}); "
+                "pass --overwrite (overwrite=True) to replace them"
+            )
+        remove_directory(directory)
+    elif directory.is_dir() and any(directory.iterdir()):
+        raise ValueError(f"refusing to write {kind.what} into {directory}: it is a non-empty folder with no "
+                         f"{STORE_FILE}; pass another folder")
+    write_record(directory, record, kind)
 
 
 def write_shard(directory: str | Path, number: int, token_ids: Sequence[Sequence[int]], vectors: torch.Tensor) -> Path:
     """Write shard ``number`` (phrases ``token_ids`` and their ``(n, d)`` output ``vectors``) atomically."""
     if len(token_ids) != vectors.shape[0]:
         raise ValueError(f"{len(token_ids)} phrases but {vectors.shape[0]} vectors; pass one vector per phrase")
-    flat, offsets = flatten(token_ids)
     vectors = vectors.detach().cpu().contiguous()
     saved = vectors.view(torch.uint16) if vectors.dtype == torch.bfloat16 else vectors
+    return write_token_shard(directory, number, token_ids, {"vectors.npy": saved.numpy()})
+
+
+def write_token_shard(directory: str | Path, number: int, token_ids: Sequence[Sequence[int]],
+                      arrays: dict[str, np.ndarray]) -> Path:
+    """Write shard ``number`` atomically: the sequences ``token_ids`` (``token_ids.npy``, ``offsets.npy``) and
+    ``arrays`` (file name -> array) beside them."""
+    flat, offsets = flatten(token_ids)
     target = shard_path(directory, number)
     with atomic_directory(target) as staging:
         np.save(staging / "token_ids.npy", flat)
         np.save(staging / "offsets.npy", offsets)
-        np.save(staging / "vectors.npy", saved.numpy())
+        for name, array in arrays.items():
+            np.save(staging / name, array)
     return target
 
 
@@ -123,16 +159,16 @@ def finished_shards(directory: str | Path) -> list[int]:
     return numbers
 
 
-def read_store_record(directory: str | Path) -> dict[str, Any]:
-    """``store.json`` of a store folder; ``ValueError`` naming the fix when it is missing or foreign."""
+def read_record(directory: str | Path, kind: StoreKind = PHRASE_VECTORS) -> dict[str, Any]:
+    """``store.json`` of a ``kind`` store folder; ``ValueError`` naming the fix when it is missing or foreign."""
     path = Path(directory) / STORE_FILE
     if not path.is_file():
-        raise ValueError(f"{directory} holds no {STORE_FILE}: it is not a phrase vector store; build one with "
-                         "`dynvocab phrase-vectors --index <index folder>`")
+        raise ValueError(f"{directory} holds no {STORE_FILE}: it is not a store of {kind.what}; build one with "
+                         f"`{kind.command}`")
     record = json.loads(path.read_text(encoding="utf-8"))
-    if record.get("format") != FORMAT or record.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path} is not a version-{FORMAT_VERSION} {FORMAT}; rebuild it with "
-                         "`dynvocab phrase-vectors --index <index folder> --overwrite`")
+    if record.get("format") != kind.format or record.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path} is not a version-{FORMAT_VERSION} {kind.format}; rebuild it with "
+                         f"`{kind.command} --overwrite`")
     return record
 
 
@@ -145,7 +181,7 @@ class PhraseVectorStore:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self.record = read_store_record(self.directory)
+        self.record = read_record(self.directory)
         self.fingerprint: str = self.record["fingerprint"]
         self.phrase_dtype: str = self.record["phrase_dtype"]
         self.dim: int = int(self.record["dim"])
@@ -156,7 +192,7 @@ class PhraseVectorStore:
             vectors = np.load(path / "vectors.npy", mmap_mode="r")
             if vectors.shape != (len(starts) - 1, self.dim):
                 raise ValueError(f"{path}/vectors.npy has shape {vectors.shape}, not ({len(starts) - 1}, {self.dim}); "
-                                 "rebuild the store with `dynvocab phrase-vectors --index <index folder> --overwrite`")
+                                 f"rebuild the store with `{PHRASE_VECTORS.command} --overwrite`")
             ids.append(flat)
             offsets.append(starts[1:] + offsets[-1][-1])
             self._vectors.append(vectors)

@@ -11,14 +11,13 @@ seldom hold the text, the same threshold seldom opens (``results/calibration-sta
     keys = state_keys(model.lm, document_ids, model.phrase_table.token_ids, threshold=0.97)
     model.generate(ids, phrase_state_keys=keys, phrase_bias=16, ...)
 
-The keys cost one LM pass over the documents' tokens; a :class:`DocumentStates` passed instead of the LM keeps each
-document's states, so a document retrieved again is not read again (the pipeline keeps one).
+The keys cost one LM pass over the documents' tokens; a ``dynvocab.state_store.DocumentStates`` passed instead of
+the LM keeps each document's states, so a document retrieved again is not read again (the pipeline keeps one), and
+reads them from a store beside the index when there is one (``dynvocab document-states``).
 """
 
 from __future__ import annotations
 
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,8 +27,9 @@ from torch import nn
 
 from .context_gate import phrase_starts
 from .phrase_table import PhraseTable
+from .state_store import DocumentStates
 
-__all__ = ["DocumentStates", "StateGatedScorer", "StateKeys", "row_state_keys", "state_keys"]
+__all__ = ["StateGatedScorer", "StateKeys", "row_state_keys", "state_keys"]
 
 
 @dataclass
@@ -127,64 +127,6 @@ class StateGatedScorer(nn.Module):
         """``(B, T, d)``, ``(P, d)``, optional ``(B, P)`` mask -> ``(B, T, P)`` scores."""
         scores = self.scorer(hidden, phrase_vectors, phrase_mask)
         return scores.masked_fill(~self.keys.open(hidden, phrase_vectors.shape[0]), float("-inf"))
-
-
-class DocumentStates:
-    """The frozen LM's last normed states over documents' first ``max_tokens`` tokens, each document read once.
-
-    Kept by the documents' token ids, least recently used out first beyond ``max_bytes``: documents retrieved for
-    many prompts (a domain's few licences, a popular lead) are read by the LM once, not once per request. The states
-    belong to the LM as it is: make a new one when its weights change.
-    """
-
-    def __init__(self, lm: nn.Module, max_tokens: int = 512, batch_size: int = 8, max_bytes: int = 2**30) -> None:
-        if max_tokens < 2 or batch_size < 1 or max_bytes < 0:
-            raise ValueError(f"max_tokens={max_tokens} must be >= 2, batch_size={batch_size} >= 1 and "
-                             f"max_bytes={max_bytes} >= 0")
-        self._lm = weakref.ref(lm)  # held weakly: a registry keyed by the LM (the pipeline's) can let both go
-        self.max_tokens, self.batch_size, self.max_bytes = max_tokens, batch_size, max_bytes
-        self._kept: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
-        self.bytes = self.hits = self.misses = 0
-
-    @property
-    def lm(self) -> nn.Module:
-        lm = self._lm()
-        if lm is None:
-            raise RuntimeError("the LM of these document states was deleted; make a DocumentStates for the LM in use")
-        return lm
-
-    @torch.no_grad()
-    def __call__(self, documents: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """``(L_i, d)`` states of each document (``L_i``: its first ``max_tokens`` tokens); unseen ones are read in
-        right-padded batches of similar lengths."""
-        texts = [tuple(ids[: self.max_tokens]) for ids in documents]
-        found = {text: self._kept[text] for text in texts if text in self._kept}
-        for text in found:
-            self._kept.move_to_end(text)
-        # read by length, so a batch pads little: on 32 Wikipedia leads, 1.24x the real tokens instead of 1.70x
-        missing = sorted(dict.fromkeys(text for text in texts if text not in found), key=len)
-        self.hits, self.misses = self.hits + len(texts) - len(missing), self.misses + len(missing)
-        decoder = self.lm.get_decoder()  # its last state is what the output layer reads (normed); no logits
-        device = next(self.lm.parameters()).device
-        for start in range(0, len(missing), self.batch_size):
-            chunk = missing[start : start + self.batch_size]
-            width = max(map(len, chunk))
-            ids = torch.tensor([text + (0,) * (width - len(text)) for text in chunk], device=device)
-            mask = torch.tensor([[1] * len(text) + [0] * (width - len(text)) for text in chunk], device=device)
-            states = decoder(input_ids=ids, attention_mask=mask).last_hidden_state.float()  # pads come last
-            for row, text in enumerate(chunk):
-                found[text] = self._keep(text, states[row, : len(text)].clone())
-        return [found[text] for text in texts]
-
-    def _keep(self, text: tuple[int, ...], states: torch.Tensor) -> torch.Tensor:
-        size = states.numel() * states.element_size()
-        if size <= self.max_bytes:
-            self._kept[text] = states
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, dropped = self._kept.popitem(last=False)
-                self.bytes -= dropped.numel() * dropped.element_size()
-        return states
 
 
 def state_keys(

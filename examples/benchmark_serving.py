@@ -9,7 +9,8 @@ warm after it: the rows "first"); then each concurrency level sends all prompts,
 requests/s, steps/s, p50/p95 latency, p50 time to first step, 5xx count, answers equal to their lone answer, rows
 decoded together per step (continuous batching), and the 503s of the burst. ``--state-threshold T`` adds a third run
 beside those two at every level: the phrased requests with the state gate (``state_threshold``), whose encode stage
-then holds the LM's pass over documents no earlier request brought.
+then holds the LM's pass over documents no earlier request brought, unless the index keeps the LM's document states
+(``dynvocab document-states``; ``--without-document-states`` leaves them unread).
 
     nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving
 """
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-queue", type=int, default=16, help="the burst sends 3x this many")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--state-threshold", type=float, help="also run the phrased requests with this state gate")
+    parser.add_argument("--without-document-states", action="store_true",
+                        help="do not read the LM's document states kept beside the index (`dynvocab document-states`): "
+                             "the gated requests' first pass then reads its documents with the LM")
     parser.add_argument("--output", help="folder for benchmark.json and benchmark.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -153,6 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
                           max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue,
                           max_tokens_limit=args.max_tokens)
     engine = load_engine(config)
+    if args.without_document_states:
+        engine.document_states.use_store(None)
     url, server, thread = start_server(engine, config)
     prompts = prompts_of(args.num_prompts, engine.model.tokenizer)
     base = {"max_tokens": args.max_tokens, "temperature": 0, "no_repeat_ngram_size": 4}

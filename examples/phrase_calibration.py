@@ -40,7 +40,8 @@ from dynvocab.atomic import MANIFEST, atomic_directory
 from dynvocab.config import CONFIG_NAME
 from dynvocab.corpora import corpus_split
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-from dynvocab.state_keys import DocumentStates, state_keys
+from dynvocab.state_keys import state_keys
+from dynvocab.state_store import DocumentStates
 from evals.calibration import CalibrationCounts, context_allowed, count_positions, next_item_logits
 from evals.protocol import EvalConfig, document_prompts
 from retrieval.loading import demo_index

@@ -164,7 +164,7 @@ class _StateGate:
     """Each prompt's state keys, with the time to make them from unread documents and again from the kept states."""
 
     def __init__(self, model, threshold: float) -> None:
-        from dynvocab.state_keys import DocumentStates
+        from dynvocab.state_store import DocumentStates
 
         self.model, self.threshold = model, threshold
         self.states = DocumentStates(model.lm)

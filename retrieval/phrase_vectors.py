@@ -11,7 +11,6 @@ an interrupted build resumes where it stopped. :func:`attach_phrase_vectors` (ca
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,13 @@ import torch
 from tqdm.auto import tqdm
 
 from dynvocab import DynamicVocabLM
-from dynvocab.atomic import remove_directory
 from dynvocab.phrase_store import (
-    STORE_FILE, PhraseVectorStore, encoder_fingerprint, finished_shards, flatten, phrase_keys, read_store_record, shard_path,
-    write_shard, write_store_record,
+    PHRASE_VECTORS, STORE_FILE, PhraseVectorStore, encoder_fingerprint, finished_shards, flatten, phrase_keys, shard_path,
+    start_or_resume, write_shard,
 )
 
+from .index.documents import documents_record, warn_if_other_documents
+from .index.storage import folder_beside
 from .phrases import extract_phrases, tokenized_phrases
 
 __all__ = ["STORE_FOLDER", "attach_phrase_vectors", "build_phrase_vectors", "store_path"]
@@ -41,14 +41,6 @@ EXTRACTION = ("unit", "min_length", "max_length", "edges")
 
 def store_path(index_dir: str | Path) -> Path:
     return Path(index_dir) / STORE_FOLDER
-
-
-def documents_sha256(documents: list[dict[str, str]]) -> str:
-    """Fingerprint of an index's documents: their ids and texts, in order."""
-    digest = hashlib.sha256()
-    for document in documents:
-        digest.update(f"{document.get('id')}\0{document['text']}\0".encode())
-    return digest.hexdigest()
 
 
 def build_phrase_vectors(
@@ -72,19 +64,19 @@ def build_phrase_vectors(
     """
     if shard_documents < 1:
         raise ValueError(f"shard_documents={shard_documents} must be >= 1")
-    directory = Path(directory) if directory is not None else _default_directory(index)
+    directory = Path(directory) if directory is not None else folder_beside(index, STORE_FOLDER)
     settings = model.dynvocab_config
     record = {
         "fingerprint": encoder_fingerprint(model.phrase_encoder, settings.encode_dtype, settings.phrase_dtype),
         "encode_dtype": settings.encode_dtype,
         "phrase_dtype": settings.phrase_dtype,
         "dim": model.phrase_encoder.output_size,
-        "documents": {"count": len(index.documents), "sha256": documents_sha256(index.documents)},
+        "documents": documents_record(index.documents),
         "extraction": {name: getattr(config, name) for name in EXTRACTION},
         "max_phrase_tokens": model.phrase_table.max_phrase_tokens,
         "shard_documents": shard_documents,
     }
-    _start_or_resume(directory, record, overwrite)
+    start_or_resume(directory, record, overwrite, PHRASE_VECTORS)
     done = finished_shards(directory)
     seen = _stored_keys(directory, done)
     shards = -(-len(index.documents) // shard_documents)
@@ -99,33 +91,6 @@ def build_phrase_vectors(
     store = PhraseVectorStore(directory)
     logger.info("phrase vectors: %d phrases of %d documents in %s", len(store), len(index.documents), directory)
     return store
-
-
-def _default_directory(index: Any) -> Path:
-    folder = getattr(index, "directory", None)
-    if folder is None:
-        raise ValueError("this index was not loaded from a folder; save it (index.save(path)) and load it, "
-                         "or pass directory= for the phrase vectors")
-    return store_path(folder)
-
-
-def _start_or_resume(directory: Path, record: dict[str, Any], overwrite: bool) -> None:
-    """Write ``store.json``, or check that the one there describes the same build."""
-    if (directory / STORE_FILE).is_file():
-        found = read_store_record(directory)
-        changed = sorted(name for name in record if found.get(name) != record[name])
-        if not changed:
-            return
-        if not overwrite:
-            raise ValueError(
-                f"{directory} holds phrase vectors of another build (different {', '.join(changed)}); "
-                "pass --overwrite (overwrite=True) to replace them"
-            )
-        remove_directory(directory)
-    elif directory.is_dir() and any(directory.iterdir()):
-        raise ValueError(f"refusing to write phrase vectors into {directory}: it is a non-empty folder with no "
-                         f"{STORE_FILE}; pass another folder")
-    write_store_record(directory, record)
 
 
 def _stored_keys(directory: Path, shards: list[int]) -> set[int]:
@@ -172,8 +137,6 @@ def attach_phrase_vectors(model: DynamicVocabLM, index: Any) -> PhraseVectorStor
                     "phrases per request (`dynvocab phrase-vectors --index %s --overwrite` makes them for it)",
                     store.directory, folder)
         return None
-    if store.record.get("documents", {}).get("sha256") != documents_sha256(index.documents):
-        logger.warning("the phrase vectors in %s were computed for other documents than the index now holds: fewer "
-                       "phrases will be found there; run `dynvocab phrase-vectors --index %s --overwrite`",
-                       store.directory, folder)
+    warn_if_other_documents(store.directory, store.record, index.documents, "phrase vectors",
+                            f"dynvocab phrase-vectors --index {folder}")
     return store

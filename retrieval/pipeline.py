@@ -16,10 +16,12 @@ from dynvocab.config import check_at_least, check_field_types
 from dynvocab.drafting import DocumentDrafter
 from dynvocab.generation import generate_continuations
 from dynvocab.padding import pad_id
-from dynvocab.state_keys import DocumentStates, StateKeys, row_state_keys
+from dynvocab.state_keys import StateKeys, row_state_keys
+from dynvocab.state_store import DocumentStates
 from dynvocab.stopping import CharacterBudget
 from dynvocab.verification import draft_step_cost, generate_verified
 
+from .document_states import attach_document_states, document_token_ids
 from .index.dense import DocumentIndex
 from .phrase_vectors import attach_phrase_vectors
 from .phrases import document_contexts, extract_phrases, tokenized_phrases
@@ -28,7 +30,7 @@ from .timing import STAGES, StageTimer
 logger = logging.getLogger(__name__)
 #: model -> {draft length: dynvocab.verification.draft_step_cost}, measured at a pipeline's first drafted request
 _DRAFT_STEP_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: LM -> dynvocab.state_keys.DocumentStates, made by the first request with a state gate on any pipeline of it
+#: LM -> dynvocab.state_store.DocumentStates, made by the first request with a state gate on any pipeline of it
 _DOCUMENT_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -228,7 +230,8 @@ class PhrasePipeline:
     (each remembering its document), plugs them into ``model`` and generates; every
     stage is timed. With ``config.realtime`` phrases join during decoding. When the index
     folder holds phrase vectors (``dynvocab phrase-vectors``), the model reads them
-    instead of encoding those phrases.
+    instead of encoding those phrases; when it holds the LM's document states
+    (``dynvocab document-states``), the state gate reads them instead of the LM.
     """
 
     def __init__(self, model: DynamicVocabLM, index: DocumentIndex, config: PipelineConfig | None = None) -> None:
@@ -264,9 +267,10 @@ class PhrasePipeline:
             return None
         if model.lm not in _DOCUMENT_STATES:  # one per LM, for every pipeline on it: a document is read once
             _DOCUMENT_STATES[model.lm] = DocumentStates(model.lm)
-        ids = [model.tokenizer([d["text"] for d in found], add_special_tokens=False).input_ids if found else []
-               for found in documents]
-        return row_state_keys(_DOCUMENT_STATES[model.lm], model.phrase_table, ids,
+        states = _DOCUMENT_STATES[model.lm]
+        attach_document_states(states, self.index)  # states computed beside the index, when it has them
+        ids = [document_token_ids(model.tokenizer, found) for found in documents]
+        return row_state_keys(states, model.phrase_table, ids,
                               [[p.text for p in chosen] for chosen in phrases], c.state_threshold)
 
     @torch.no_grad()

@@ -129,3 +129,15 @@ def count_tokenized(tokenizer, monkeypatch) -> list[str]:
 
     monkeypatch.setattr(type(tokenizer), "__call__", spy)
     return texts
+
+
+def killed_after(count: int, write):
+    """``write``, raising ``KeyboardInterrupt`` once it has written ``count`` times: a build killed part-way."""
+    written = []
+
+    def killed(*args):
+        if len(written) == count:
+            raise KeyboardInterrupt
+        written.append(write(*args))
+
+    return killed

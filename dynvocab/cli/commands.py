@@ -1,5 +1,6 @@
 """The ``dynvocab`` command line: train, cache-states, train-mwt, index, generate, eval, demo, pretrain-encoder,
-finetune-encoder, soup-encoders, extract-adapter, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa, serve, phrase-vectors."""
+finetune-encoder, soup-encoders, extract-adapter, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa, serve,
+phrase-vectors, document-states."""
 
 from __future__ import annotations
 
@@ -102,6 +103,23 @@ def cmd_phrase_vectors(args: argparse.Namespace) -> None:
     stats = store.stats()
     print(json.dumps({"phrase_vectors": str(store.directory), "phrases": stats["phrases"], "documents": len(index),
                       "disk_mb": round(stats["disk_bytes"] / 2**20, 1),
+                      "memory_mb": round(stats["resident_bytes"] / 2**20, 1)}))
+
+
+def cmd_document_states(args: argparse.Namespace) -> None:
+    from dynvocab.state_store import DocumentStates
+    from retrieval.document_states import build_document_states
+    from retrieval.loading import load_stack
+
+    if args.shard_documents < 1 or args.batch_size < 1:  # before minutes of loading
+        raise ValueError(f"--shard-documents {args.shard_documents} and --batch-size {args.batch_size} must be >= 1")
+    model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
+    states = DocumentStates(model.lm, batch_size=args.batch_size, max_bytes=0)  # the pipeline's max_tokens
+    store = build_document_states(states, model.tokenizer, index, dtype=args.dtype,
+                                  shard_documents=args.shard_documents, overwrite=args.overwrite, show_progress_bar=True)
+    stats = store.stats()
+    print(json.dumps({"document_states": str(store.directory), "documents": stats["documents"],
+                      "tokens": stats["tokens"], "disk_mb": round(stats["disk_bytes"] / 2**20, 1),
                       "memory_mb": round(stats["resident_bytes"] / 2**20, 1)}))
 
 
@@ -364,6 +382,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_phrase_vector_arguments(vectors, with_index=True)
     vectors.set_defaults(func=cmd_phrase_vectors)
+
+    states = commands.add_parser(
+        "document-states", help="the LM's states over every indexed document, once, beside the index, for the state "
+                                "gate (state_threshold; resumable)"
+    )
+    states.add_argument("--index", required=True, help="directory written by `dynvocab index`")
+    states.add_argument("--encoder", default=DEFAULT_RETRIEVER, help=ENCODER_HELP)
+    states.add_argument("--model", default="smollm2", help="causal LM name or path: the LM that will decode")
+    states.add_argument("--checkpoint", default=None,
+                        help="phrase-encoder checkpoint (save_pretrained directory; its LM weights, if it trained them); "
+                             "default: the shipped SmolLM2 one")
+    states.add_argument("--dtype", default="float16", choices=["float16", "float32"],
+                        help="on disk: float16 (half the size; cosines within about 1e-3) or float32")
+    states.add_argument("--batch-size", type=int, default=8, help="documents per LM forward call")
+    states.add_argument("--shard-documents", type=int, default=256, help="documents per shard: the unit of resuming")
+    states.add_argument("--overwrite", action="store_true", help="replace states made by another LM, documents or settings")
+    states.set_defaults(func=cmd_document_states)
 
     generate = commands.add_parser("generate", dataclass_types=PipelineConfig, help="retrieve, plug in phrases, generate")
     generate.add_argument("--index", required=True, help="directory written by `dynvocab index`")

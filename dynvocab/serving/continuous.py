@@ -28,7 +28,8 @@ from ..model import PHRASE_PROCESSOR_ARGS, DynamicVocabLM
 from ..padding import pad_sequences, position_ids_from_mask
 from ..phrase_table import Phrase
 from ..readback import WIDTHS_ATTRIBUTE
-from ..state_keys import DocumentStates, StateKeys, state_keys
+from ..state_keys import StateKeys, state_keys
+from ..state_store import DocumentStates
 from .kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_slots, select_rows
 from .rows import Row
 

@@ -13,13 +13,14 @@ from typing import Any
 
 import torch
 
+from retrieval.document_states import attach_document_states, document_token_ids
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
 from retrieval.timing import StageTimer
 
 from ..model import DynamicVocabLM
 from ..padding import pad_id
 from ..phrase_table import Phrase, PhraseTable
-from ..state_keys import DocumentStates
+from ..state_store import DocumentStates
 from ..text import Segment, segments as phrase_segments
 from .config import ServerConfig
 from .continuous import Admission, RunningBatch
@@ -74,8 +75,11 @@ class Engine:
         # never share the Rust tokenizer (whose settings a call may change)
         self.tokenizer = copy.deepcopy(model.tokenizer)
         self.checker = PhraseTable(self.tokenizer, model.vocab_size, model.phrase_table.max_phrase_tokens)
-        # the states of documents that state-gated requests brought or retrieved, each document read once
+        # the states of documents that state-gated requests brought or retrieved, each document read once, or read
+        # from the store beside a corpus's index (`dynvocab document-states`)
         self.document_states = DocumentStates(model.lm)
+        for corpus in corpora.values():
+            attach_document_states(self.document_states, corpus)
 
     # ------------------------------------------------------------------ checking, on the event loop
     def check(self, request: CompletionRequest) -> tuple[list[int], list[Phrase], list[dict], PipelineConfig]:
@@ -225,9 +229,8 @@ class Engine:
                     for job, pipeline, docs in zip(jobs, pipelines, documents)]
             contexts = [pipeline.phrase_contexts(docs, phrases) if docs else None
                         for pipeline, docs, phrases in zip(pipelines, documents, rows)]
-            keyed = [self.model.tokenizer([d["text"] for d in docs], add_special_tokens=False).input_ids
-                     if job.settings.state_threshold is not None and docs else None
-                     for job, docs in zip(jobs, documents)]
+            keyed = [document_token_ids(self.model.tokenizer, docs) if job.settings.state_threshold is not None and docs
+                     else None for job, docs in zip(jobs, documents)]
         stages = {stage: seconds / len(jobs) for stage, seconds in timer.totals().items()}
         admissions = []
         for job, docs, phrases, context, document_ids in zip(jobs, documents, rows, contexts, keyed):

@@ -37,12 +37,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..fingerprints import lm_fingerprint
 from ..padding import pad_sequences
 from ..precision import cpu_processes
 from ..serialization import tokenizer_fingerprint
 from .samples import chunk_bounds
 
-__all__ = ["CACHE_CONFIG", "CACHE_FORMAT", "StateCache", "StaleCacheError", "build_state_cache", "cache_key", "lm_fingerprint"]
+__all__ = ["CACHE_CONFIG", "CACHE_FORMAT", "StateCache", "StaleCacheError", "build_state_cache", "cache_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,17 +54,6 @@ _DTYPES = {"bfloat16": np.uint16, "float32": np.float32}
 
 class StaleCacheError(ValueError):
     """A cache built for another LM, tokenizer, corpus or chunking than the one asked for."""
-
-
-def lm_fingerprint(lm: torch.nn.Module) -> str:
-    """A hash of the LM's config and every weight: states cached from other weights are other states."""
-    digest = hashlib.sha256()
-    config = getattr(lm, "config", None)
-    digest.update(json.dumps(config.to_dict() if config is not None else {}, sort_keys=True, default=str).encode())
-    for name, tensor in sorted(lm.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def cache_key(lm: torch.nn.Module, tokenizer, texts: Sequence[str], max_length: int, dtype: str) -> dict:

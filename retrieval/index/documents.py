@@ -6,6 +6,7 @@ line, or per blank-line separated paragraph) or a ``datasets.Dataset``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -114,3 +115,21 @@ def _check_unique_ids(documents: list[dict[str, str]]) -> None:
                 f"document id {document['id']!r} appears twice (again at position {position}); ids must be unique"
             )
         seen.add(document["id"])
+
+
+def documents_record(documents: list[dict[str, str]]) -> dict[str, Any]:
+    """What a file computed from an index's documents records of them: their count and the sha256 of their ids and
+    texts, in order."""
+    digest = hashlib.sha256()
+    for document in documents:
+        digest.update(f"{document.get('id')}\0{document['text']}\0".encode())
+    return {"count": len(documents), "sha256": digest.hexdigest()}
+
+
+def warn_if_other_documents(directory: Path, record: dict[str, Any], documents: list[dict[str, str]], what: str,
+                            command: str) -> None:
+    """Warn when the store in ``directory`` beside an index, whose ``record`` this is, was computed for other
+    ``documents`` than the index holds; ``command`` rebuilds it."""
+    if record.get("documents") != documents_record(documents):
+        logger.warning("the %s in %s were computed for other documents than the index now holds: fewer will be found "
+                       "there; run `%s --overwrite`", what, directory, command)

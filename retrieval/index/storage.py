@@ -26,6 +26,15 @@ PROBE_TEXT = "dynvocab encoder fingerprint: the quick brown fox jumps over the l
 PROBE_MIN_COSINE = 0.999
 
 
+def folder_beside(index: Any, name: str) -> Path:
+    """``<index folder>/<name>``: where what is computed from an index's documents is kept beside it."""
+    folder = getattr(index, "directory", None)
+    if folder is None:
+        raise ValueError("this index was not loaded from a folder; save it (index.save(path)) and load it, "
+                         f"or pass directory= for its {name.replace('_', ' ')}")
+    return Path(folder) / name
+
+
 def encoder_record(encoder: Any) -> dict[str, Any]:
     """What the metadata records about an encoder: name, dim, pooling, normalisation and a probe vector."""
     probe = np.asarray(encoder.encode([PROBE_TEXT], show_progress_bar=False), dtype=np.float32)[0]

@@ -24,7 +24,8 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from dynvocab import DynamicVocabLM, Phrase, generate_verified
 from dynvocab.config import check_at_least, check_field_types
 from dynvocab.repetition import check_no_repeat_scope
-from dynvocab.state_keys import DocumentStates, row_state_keys
+from dynvocab.state_keys import row_state_keys
+from dynvocab.state_store import DocumentStates
 
 from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
 from ..phrases import document_contexts, extract_phrases

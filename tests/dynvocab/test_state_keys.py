@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from dynvocab import DotProductScorer, DynamicVocabLM, StateKeys, state_keys
-from dynvocab.state_keys import DocumentStates, StateGatedScorer
+from dynvocab.state_keys import StateGatedScorer
+from dynvocab.state_store import DocumentStates
 from tests.helpers import PhrasesAlwaysWin
 
 DOCUMENTS = ["The castle by the river stood on a hill above the old town.",

@@ -10,7 +10,7 @@ from retrieval import DocumentIndex
 from retrieval.phrase_vectors import attach_phrase_vectors, build_phrase_vectors, store_path
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
-from tests.helpers import HashEncoder as WordHashEncoder, count_encoded
+from tests.helpers import HashEncoder as WordHashEncoder, count_encoded, killed_after
 
 MORE = [
     {"id": "nyc", "title": "New York", "text": "New York City is the most populous city in the United States. New York City lies on the Hudson River."},
@@ -83,14 +83,8 @@ def test_a_resumed_build_equals_an_uninterrupted_one(base_model, tokenizer, inde
     whole = build_phrase_vectors(model, index, PipelineConfig(), directory=tmp_path / "whole", shard_documents=2)
     import retrieval.phrase_vectors as builder
 
-    write, written = builder.write_shard, []
-
-    def killed_after_two(*args):
-        if len(written) == 2:
-            raise KeyboardInterrupt
-        written.append(write(*args))
-
-    monkeypatch.setattr(builder, "write_shard", killed_after_two)
+    write = builder.write_shard
+    monkeypatch.setattr(builder, "write_shard", killed_after(2, write))
     with pytest.raises(KeyboardInterrupt):
         build_phrase_vectors(model, index, PipelineConfig(), directory=tmp_path / "resumed", shard_documents=2)
     assert finished_shards(tmp_path / "resumed") == [0, 1]

@@ -47,6 +47,22 @@ def test_index_with_phrase_vectors_then_generate_reads_them(workspace, capsys):
     assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err
 
 
+def test_document_states_beside_an_index_are_built_once(workspace, capsys):
+    encoder, lm = ["--encoder", str(workspace / "encoder")], ["--model", str(workspace / "lm")]
+    index = workspace / "index-with-states"
+    main(["index", "--data", str(workspace / "docs.jsonl"), "--output", str(index), *encoder])
+    capsys.readouterr()
+    main(["document-states", "--index", str(index), *encoder, *lm, "--shard-documents", "8", "--batch-size", "4"])
+    built = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert built["documents"] == 30 and built["tokens"] > 30 * 20
+    assert built["document_states"].endswith("document_states")
+    main(["document-states", "--index", str(index), *encoder, *lm, "--shard-documents", "8"])  # done: nothing to add
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == built
+    with pytest.raises(SystemExit) as exit_info:  # another dtype: another store
+        main(["document-states", "--index", str(index), *encoder, *lm, "--shard-documents", "8", "--dtype", "float32"])
+    assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err
+
+
 def test_bad_settings_exit_with_the_reason(workspace, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--model", str(workspace / "lm"), "--mode", "half"])

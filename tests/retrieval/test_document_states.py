@@ -1,0 +1,85 @@
+"""The LM's document states kept beside an index: the pipeline's and the server's state gate read them, not the LM."""
+
+import logging
+
+import pytest
+import torch
+
+from dynvocab import DynamicVocabLM
+from dynvocab.state_keys import row_state_keys
+from dynvocab.state_store import DocumentStates
+from retrieval import DocumentIndex
+from retrieval.document_states import attach_document_states, build_document_states, document_token_ids, states_path
+from retrieval.pipeline import _DOCUMENT_STATES, PhrasePipeline, PipelineConfig
+from tests.helpers import HashEncoder, PreferPhrases, tiny_llama
+from tests.retrieval.test_phrase_vectors import MORE
+
+PROMPTS = ["Which river flows through Rome?", "Tell me about Egypt. Cairo"]
+
+
+@pytest.fixture
+def index(tmp_path):
+    DocumentIndex.build(MORE, HashEncoder(), index_type="flat").save(tmp_path / "index")
+    return DocumentIndex.load(tmp_path / "index", encoder=HashEncoder())
+
+
+def lm_calls(lm) -> list:
+    calls = []
+    lm.get_decoder().register_forward_hook(lambda *args: calls.append(1))
+    return calls
+
+
+def test_the_pipelines_keys_are_read_from_the_store_and_equal_the_lms(llama, tokenizer, index):
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    store = build_document_states(DocumentStates(model.lm, max_bytes=0), tokenizer, index, dtype="float32",
+                                  shard_documents=2)
+    assert store.directory == states_path(index.directory) and len(store) == len(MORE)
+    config = PipelineConfig(top_k=2, max_new_tokens=3, agreement_top_k=0, state_threshold=-1.0)
+    pipeline = PhrasePipeline(model, index, config)
+    documents = index.search_documents(PROMPTS, k=2)
+    phrases = [pipeline.candidates(found) for found in documents]
+    model.set_phrases(phrases, mid_sentence_forms=False)
+    calls = lm_calls(model.lm)
+    keys = pipeline.state_keys(documents, phrases)
+    states = _DOCUMENT_STATES[model.lm]
+    assert calls == [] and [s.directory for s in states.stores] == [store.directory]
+    assert (states.loaded, states.misses) == (len({d["id"] for found in documents for d in found}), 0)
+    ids = [document_token_ids(tokenizer, found) for found in documents]
+    read = row_state_keys(model.lm, model.phrase_table, ids, [[p.text for p in found] for found in phrases], -1.0)
+    assert torch.equal(keys.phrases, read.phrases) and torch.equal(keys.rows, read.rows)
+    assert torch.allclose(keys.keys, read.keys, atol=1e-5)
+    model.scorer = PreferPhrases()
+    assert all(result.phrase_steps == result.steps for result in pipeline.batch(PROMPTS))
+    assert states.misses == 0  # generating, the LM read no document either
+
+
+def test_a_store_of_another_lm_is_left_alone_and_said(llama, tokenizer, index, caplog):
+    build_document_states(DocumentStates(llama, max_bytes=0), tokenizer, index)
+    other_lm = tiny_llama(len(tokenizer), seed=1)
+    states = DocumentStates(other_lm)
+    caplog.set_level(logging.INFO, logger="retrieval.document_states")
+    assert attach_document_states(states, index) is None and states.stores == []
+    assert "another LM" in caplog.text and "the LM reads each retrieved document itself" in caplog.text
+    states = DocumentStates(llama)
+    assert attach_document_states(states, index) is attach_document_states(states, index) is states.stores[0]
+    assert "other documents" not in caplog.text
+    index.documents.append({"id": "lima", "title": "Lima", "text": "Lima is the capital of Peru."})
+    assert attach_document_states(DocumentStates(llama), index) is not None  # used, and said: fewer will be found
+    assert "computed for other documents than the index now holds" in caplog.text and "--overwrite" in caplog.text
+
+
+def test_the_server_reads_its_corpus_states_from_the_store(make_engine_on, llama, tokenizer, index):
+    build_document_states(DocumentStates(llama, max_bytes=0), tokenizer, index)
+    engine = make_engine_on(llama, tokenizer, {"wiki": index})
+    assert [s.directory for s in engine.document_states.stores] == [states_path(index.directory)]
+
+
+@pytest.fixture
+def make_engine_on():
+    from dynvocab.serving import ServerConfig
+    from dynvocab.serving.engine import Engine
+
+    def make(lm, tokenizer, corpora):
+        return Engine(DynamicVocabLM.from_causal_lm(lm, tokenizer).eval(), corpora, "tiny", ServerConfig(index="none"))
+
+    return make
