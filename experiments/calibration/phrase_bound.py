@@ -13,6 +13,13 @@ the documents, the corpus) and keeps the longest draft the LM agrees with, plus 
 ``--step-cost`` times the LM's forward over 1 and over ``--draft-tokens`` new tokens after the prompt, the cost of
 such a step here.
 
+``--state-thresholds`` adds a drafter that finds its place by the LM's state, not by matching tokens: at each step,
+the document position (of the top-k documents) whose state is closest to the LM's state over the text so far, if
+their cosine reaches the threshold, proposes the tokens that followed it there (the keys of ``dynvocab.state_keys`` at
+every position, read from the states kept beside the index, ``dynvocab document-states``). After the text's first
+disagreement with a document it shares no tokens with it for a while, and the n-gram tables propose nothing; the
+state may still point back into it. Reported alone and beside the n-gram tables, with how often it proposed and kept.
+
     python experiments/calibration/phrase_bound.py --run results/wikipedia-greedy-h200 --systems bare,bare:no_repeat=4 \
         --step-cost --output results/phrase-bound/wikipedia.json
 """
@@ -26,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 Spans = set[tuple[int, ...]]
@@ -56,23 +64,44 @@ def continuations(documents: Iterable[Sequence[int]], context: int, draft: int) 
     return table
 
 
-def drafted_steps(prompt: Sequence[int], text: Sequence[int], tables: list[dict[int, dict]], draft: int) -> int:
+def drafted_steps(prompt: Sequence[int], text: Sequence[int], tables: list[dict[int, dict]], draft: int,
+                  by_state: Sequence[tuple[int, ...]] | None = None) -> Counter:
     """Steps of lossless drafting over ``text``: each step keeps the longest agreeing draft among ``tables`` (each
     proposes its most frequent continuation of the longest context it knows; the text so far counts as one more
-    table, prompt-lookup style) and adds the LM's own next token."""
-    ids, t, steps = list(prompt) + list(text), len(prompt), 0
+    table, prompt-lookup style; ``tables=None``: no n-gram table at all) and ``by_state[t]`` (the state drafter's
+    proposal at prompt-and-text position ``t``), and adds the LM's own next token. Counts ``steps``, and the steps
+    the state drafter ``proposed`` at and ``kept`` a token at."""
+    ids, t, counts = list(prompt) + list(text), len(prompt), Counter()
     while t < len(ids):
         kept = 0
         so_far = {n: continuations([ids[:t]], n, draft) for n in (1, 2, 3)}
-        for table in [*tables, so_far]:
-            proposal = _proposal(table, ids[:t])
-            agree = 0
-            while agree < len(proposal) and t + agree < len(ids) and proposal[agree] == ids[t + agree]:
-                agree += 1
+        for table in [*tables, so_far] if tables is not None else []:
+            kept = max(kept, _agreement(_proposal(table, ids[:t]), ids, t))
+        if by_state is not None and by_state[t]:
+            agree = _agreement(by_state[t], ids, t)
+            counts["proposed"] += 1
+            counts["kept"] += agree > 0
             kept = max(kept, agree)
         t += kept + 1
-        steps += 1
-    return steps
+        counts["steps"] += 1
+    return counts
+
+
+def _agreement(proposal: Sequence[int], ids: Sequence[int], t: int) -> int:
+    """How many of ``proposal``'s tokens the text ``ids`` goes on with from position ``t``."""
+    agree = 0
+    while agree < len(proposal) and t + agree < len(ids) and proposal[agree] == ids[t + agree]:
+        agree += 1
+    return agree
+
+
+def state_proposals(text_states: torch.Tensor, keys: torch.Tensor, followers: list[tuple[int, ...]],
+                    threshold: float) -> list[tuple[int, ...]]:
+    """For each position ``t`` of prompt and text, what follows the document position whose state (``keys``: the
+    state before it, normed) is closest to the text's state before ``t`` (``text_states[t - 1]``), if their cosine
+    reaches ``threshold``; else ()."""
+    best, where = (F.normalize(text_states, dim=-1) @ keys.T).max(-1)
+    return [()] + [followers[int(w)] if float(b) >= threshold else () for b, w in zip(best.tolist(), where.tolist())]
 
 
 def _proposal(table: dict[int, dict], ids: Sequence[int]) -> tuple[int, ...]:
@@ -101,6 +130,8 @@ def main() -> None:
     parser.add_argument("--max-phrases", type=int, default=2048, help="plugged phrases per prompt")
     parser.add_argument("--draft-tokens", type=int, default=8)
     parser.add_argument("--step-cost", action="store_true", help="time the LM's forward over 1 and over the draft")
+    parser.add_argument("--state-thresholds", default="",
+                        help="comma-separated cosines: also draft by the LM's state (the index's document states)")
     parser.add_argument("--output", required=True, help="a .json file for the figures")
     args = parser.parse_args()
 
@@ -117,6 +148,15 @@ def main() -> None:
     corpus = tokenizer([d["text"] for d in corpus_split(args.data)[0]], add_special_tokens=False).input_ids
     corpus_spans = spans(corpus)
     corpus_tables = {n: continuations(corpus, n, args.draft_tokens) for n in (1, 2, 3, 4)}
+    thresholds = [float(t) for t in args.state_thresholds.split(",") if t]
+    if thresholds:
+        from dynvocab.state_store import DocumentStates
+        from retrieval.document_states import attach_document_states
+
+        document_states = DocumentStates(model.lm)
+        attach_document_states(document_states, pipeline.index)  # the states kept beside the index, where it has them
+        text_states = DocumentStates(model.lm, max_tokens=4096, max_bytes=0)
+    proposals: Counter = Counter()
     rows = [json.loads(line) for line in Path(args.run, "generations.jsonl").read_text().splitlines()]
     systems = args.systems.split(",")
     texts = {(row["id"], row["system"]): row["text"] for row in rows if row["system"] in systems}
@@ -131,6 +171,10 @@ def main() -> None:
         prompt_ids = tokenizer(row["prompt"]).input_ids
         document_tables = {n: continuations(document_ids, n, args.draft_tokens) for n in (1, 2, 3, 4)}
         prompt_tables = {n: continuations([prompt_ids], n, args.draft_tokens) for n in (1, 2, 3)}
+        if thresholds:
+            cut = [ids[: document_states.max_tokens] for ids in document_ids if len(ids) > 1]
+            keys = F.normalize(torch.cat([states[:-1] for states in document_states(cut)]), dim=-1)
+            followers = [tuple(ids[p : p + args.draft_tokens]) for ids in cut for p in range(1, len(ids))]
         for name in ["(reference)", *systems]:
             text = row["reference"] if name == "(reference)" else texts.get((key, name))
             if text is None:
@@ -143,11 +187,24 @@ def main() -> None:
                 for kind, tables in {"drafts from prompt and text": [prompt_tables],
                                      "drafts from documents too": [prompt_tables, document_tables],
                                      "drafts from corpus too": [prompt_tables, document_tables, corpus_tables]}.items():
-                    steps[name, kind] += drafted_steps(prompt_ids, ids, tables, args.draft_tokens)
+                    steps[name, kind] += drafted_steps(prompt_ids, ids, tables, args.draft_tokens)["steps"]
+                if thresholds:
+                    states = text_states([prompt_ids + ids])[0]
+                for threshold in thresholds:
+                    by_state = state_proposals(states, keys, followers, threshold)
+                    for kind, tables in {f"drafts by state >= {threshold} alone": None,
+                                         f"drafts from documents and by state >= {threshold}":
+                                             [prompt_tables, document_tables]}.items():
+                        counts = drafted_steps(prompt_ids, ids, tables, args.draft_tokens, by_state)
+                        steps[name, kind] += counts["steps"]
+                        proposals[name, kind, "proposed"] += counts["proposed"]
+                        proposals[name, kind, "kept a token"] += counts["kept"]
     figures = {name: {kind: steps[key] / tokens[name] for key in steps if key[0] == name for kind in [key[1]]}
                for name in tokens}
     result = {"run": args.run, "prompts": len(prompts), "top_k": args.top_k, "draft_tokens": args.draft_tokens,
               "tokens": dict(tokens), "steps_per_token": figures}
+    if thresholds:
+        result["state_drafter_steps"] = {" / ".join(key): count for key, count in proposals.items()}
     if args.step_cost:
         result["step_cost"] = step_cost(model.lm, args.draft_tokens)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
