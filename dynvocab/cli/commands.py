@@ -394,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="phrase-encoder checkpoint (save_pretrained directory; its LM weights, if it trained them); "
                              "default: the shipped SmolLM2 one")
     states.add_argument("--dtype", default="float16", choices=["float16", "float32"],
-                        help="on disk: float16 (half the size; cosines within about 1e-3) or float32")
+                        help="on disk: float16 (half the size; its keys within 1e-6 cosine of the LM's own) or float32")
     states.add_argument("--batch-size", type=int, default=8, help="documents per LM forward call")
     states.add_argument("--shard-documents", type=int, default=256, help="documents per shard: the unit of resuming")
     states.add_argument("--overwrite", action="store_true", help="replace states made by another LM, documents or settings")
