@@ -44,6 +44,7 @@ from dynvocab.state_keys import state_keys
 from dynvocab.state_store import DocumentStates
 from evals.calibration import CalibrationCounts, context_allowed, count_positions, next_item_logits
 from evals.protocol import EvalConfig, document_prompts
+from retrieval.document_states import document_token_ids
 from retrieval.loading import demo_index
 from retrieval.phrases import document_contexts
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
@@ -115,8 +116,8 @@ def main() -> None:
         logits = next_item_logits(model, prompt_ids, reference_ids)  # one forward pass for every setting
         hook.remove()
         tokens_right += int((logits[:, : model.vocab_size].argmax(-1) == torch.tensor(reference_ids)).sum())
-        keys = state_keys(states, model.tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids,
-                          table, threshold=0.0) if thresholds and documents else None
+        keys = state_keys(states, document_token_ids(model.tokenizer, documents), table,
+                          threshold=0.0) if thresholds and documents else None
         for gate in gates:
             kind, value = gate
             if kind == "context":

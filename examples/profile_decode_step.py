@@ -173,8 +173,9 @@ class _StateGate:
 
     def keys(self, documents: list[dict]):
         from dynvocab.state_keys import state_keys
+        from retrieval.document_states import document_token_ids
 
-        ids = self.model.tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids
+        ids = document_token_ids(self.model.tokenizer, documents)
         device = next(self.model.parameters()).device
         for when in ("first", "again"):
             start = clock(device)

@@ -137,6 +137,8 @@ def main() -> None:
 
     from dynvocab.corpora import corpus_split
     from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
+    from dynvocab.state_store import DocumentStates
+    from retrieval.document_states import attach_document_states, document_token_ids
     from retrieval.loading import demo_index
     from retrieval.pipeline import PhrasePipeline, PipelineConfig
 
@@ -150,9 +152,6 @@ def main() -> None:
     corpus_tables = {n: continuations(corpus, n, args.draft_tokens) for n in (1, 2, 3, 4)}
     thresholds = [float(t) for t in args.state_thresholds.split(",") if t]
     if thresholds:
-        from dynvocab.state_store import DocumentStates
-        from retrieval.document_states import attach_document_states
-
         document_states = DocumentStates(model.lm)
         attach_document_states(document_states, pipeline.index)  # the states kept beside the index, where it has them
         text_states = DocumentStates(model.lm, max_tokens=4096, max_bytes=0)
@@ -166,7 +165,7 @@ def main() -> None:
     for key, row in tqdm(prompts.items(), desc="prompts"):
         documents = pipeline.index.search_documents([row["prompt"]], k=args.top_k)[0]
         plugged = set(model.phrase_table.tokenize([p.text for p in pipeline.candidates(documents)]))
-        document_ids = tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids
+        document_ids = document_token_ids(tokenizer, documents)
         sets = {"plugged": plugged, "documents": spans(document_ids), "corpus": corpus_spans}
         prompt_ids = tokenizer(row["prompt"]).input_ids
         document_tables = {n: continuations(document_ids, n, args.draft_tokens) for n in (1, 2, 3, 4)}
