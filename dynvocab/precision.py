@@ -24,15 +24,25 @@ def cpu_processes() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
 
 
+#: oneDNN ISA caps (``ONEDNN_MAX_CPU_ISA``) below AVX-512 BF16: under them oneDNN emulates bf16
+_ONEDNN_ISAS_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+
+
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes bfloat16 natively: a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX.
 
-    Elsewhere (an AVX2 CPU, say) torch emulates bf16, several times slower than float32.
+    Elsewhere (an AVX2 CPU, say) torch emulates bf16, several times slower than float32. A CPU that has the
+    instructions counts only while torch may use them: ``ATEN_CPU_CAPABILITY=avx2`` or ``ONEDNN_MAX_CPU_ISA=AVX2``
+    (how one CPU stands in for another) make it emulate bf16 too.
     """
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
+    if device.type != "cpu" or not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        return False
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper() in _ONEDNN_ISAS_WITHOUT_BF16:
+        return False
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private in torch 2.x: absent means no
-    return device.type == "cpu" and any(getattr(torch.cpu, check, lambda: False)() for check in checks)
+    return any(getattr(torch.cpu, check, lambda: False)() for check in checks)
 
 
 def encode_autocast_dtype(name: str, device: torch.device) -> torch.dtype | None:

@@ -63,6 +63,8 @@ class DocumentStates:
         self.max_tokens, self.batch_size, self.max_bytes = max_tokens, batch_size, max_bytes
         self._kept: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self.stores: list[DocumentStateStore] = []
+        #: folders of stores refused (another LM or max_tokens): not opened again
+        self.refused: set[Path] = set()
         self._fingerprint: str | None = None
         #: documents found in memory, read from the store, and read by the LM
         self.bytes = self.hits = self.loaded = self.misses = 0
@@ -90,6 +92,7 @@ class DocumentStates:
             return
         store = store if isinstance(store, DocumentStateStore) else DocumentStateStore(store)
         if store.fingerprint != self.fingerprint or store.max_tokens != self.max_tokens:
+            self.refused.add(store.directory)
             raise ValueError(
                 f"the document states in {store.directory} were computed by another LM or for max_tokens="
                 f"{store.max_tokens} (these: {self.max_tokens}); compute them again for this LM with "

@@ -69,12 +69,12 @@ def build_document_states(
 def attach_document_states(states: DocumentStates, index: Any) -> DocumentStateStore | None:
     """Have ``states`` read the LM states kept beside ``index``'s folder, when there are any for its LM.
 
-    A store made by another LM or for another ``max_tokens`` is not used (logged, with the command that rebuilds
-    it); one made for other documents is used, with a warning that fewer documents will be found.
+    A store made by another LM or for another ``max_tokens`` is not used (logged once, with the command that
+    rebuilds it); one made for other documents is used, with a warning that fewer documents will be found.
     """
     folder = getattr(index, "directory", None)
-    if folder is None or not (states_path(folder) / STORE_FILE).is_file():
-        return None
+    if folder is None or not (states_path(folder) / STORE_FILE).is_file() or states_path(folder) in states.refused:
+        return None  # none there, or refused once already (not logged again)
     attached = next((store for store in states.stores if store.directory == states_path(folder)), None)
     if attached is not None:
         return attached

@@ -59,6 +59,9 @@ def cmd_index(args: argparse.Namespace) -> None:
     from ..corpora import CORPORA, corpus_split
     from ..precision import encode_autocast
 
+    if (args.phrase_vectors or args.document_states) and min(args.shard_documents, args.batch_size) < 1:
+        raise ValueError(f"--shard-documents {args.shard_documents} and --states-batch-size {args.batch_size} must be "
+                         ">= 1")  # before minutes of indexing
     part = ""
     if args.data in CORPORA:
         training, held_out = corpus_split(args.data)
@@ -84,9 +87,11 @@ def cmd_index(args: argparse.Namespace) -> None:
                                     show_progress_bar=True)
         index.save(args.output)
         print(f"indexed {len(index)} documents{part} ({index.kind}) into {args.output}")
+    args.index = args.output
     if args.phrase_vectors:
-        args.index = args.output
         cmd_phrase_vectors(args)
+    if args.document_states:
+        cmd_document_states(args)
 
 
 def cmd_phrase_vectors(args: argparse.Namespace) -> None:
@@ -303,7 +308,18 @@ def add_phrase_vector_arguments(parser: argparse.ArgumentParser, with_index: boo
     parser.add_argument("--edges", default=defaults.edges, choices=["content", "any"], help="as generate will cut phrases")
     parser.add_argument("--shard-documents", type=int, default=256, help="documents per shard: the unit of resuming")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace phrase vectors made by another encoder, dtypes, documents or settings")
+                        help="replace a store beside the index made by another encoder or LM, dtypes, documents or "
+                             "settings")
+
+
+def add_document_state_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The flags of ``document-states`` beyond those it shares with ``phrase-vectors``; ``index --document-states``
+    takes them as ``--states-dtype`` and ``--states-batch-size``."""
+    parser.add_argument(f"--{prefix}dtype", dest="dtype", default="float16", choices=["float16", "float32"],
+                        help="states on disk: float16 (half the size; its keys within 1e-6 cosine of the LM's own) "
+                             "or float32")
+    parser.add_argument(f"--{prefix}batch-size", dest="batch_size", type=int, default=8,
+                        help="documents per LM forward call while reading the states")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -374,7 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--phrase-vectors", action="store_true",
                        help="then encode every document's phrases once and keep them beside the index "
                             "(what `dynvocab phrase-vectors` does; run that to resume)")
+    index.add_argument("--document-states", action="store_true",
+                       help="then read every document once with the LM and keep its states beside the index, for the "
+                            "state gate (what `dynvocab document-states` does; run that to resume)")
     add_phrase_vector_arguments(index, with_index=False)
+    add_document_state_arguments(index, prefix="states-")
     index.set_defaults(func=cmd_index)
 
     vectors = commands.add_parser(
@@ -393,11 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     states.add_argument("--checkpoint", default=None,
                         help="phrase-encoder checkpoint (save_pretrained directory; its LM weights, if it trained them); "
                              "default: the shipped SmolLM2 one")
-    states.add_argument("--dtype", default="float16", choices=["float16", "float32"],
-                        help="on disk: float16 (half the size; its keys within 1e-6 cosine of the LM's own) or float32")
-    states.add_argument("--batch-size", type=int, default=8, help="documents per LM forward call")
     states.add_argument("--shard-documents", type=int, default=256, help="documents per shard: the unit of resuming")
     states.add_argument("--overwrite", action="store_true", help="replace states made by another LM, documents or settings")
+    add_document_state_arguments(states)
     states.set_defaults(func=cmd_document_states)
 
     generate = commands.add_parser("generate", dataclass_types=PipelineConfig, help="retrieve, plug in phrases, generate")

@@ -1,6 +1,7 @@
 """The LM's document states kept beside an index: the pipeline's and the server's state gate read them, not the LM."""
 
 import logging
+from unittest import mock
 
 import pytest
 import torch
@@ -60,6 +61,10 @@ def test_a_store_of_another_lm_is_left_alone_and_said(llama, tokenizer, index, c
     caplog.set_level(logging.INFO, logger="retrieval.document_states")
     assert attach_document_states(states, index) is None and states.stores == []
     assert "another LM" in caplog.text and "the LM reads each retrieved document itself" in caplog.text
+    caplog.clear()  # asked again (the eval makes a pipeline per batch): not opened, not said again
+    with mock.patch("retrieval.document_states.DocumentStateStore", side_effect=AssertionError("opened again")):
+        assert attach_document_states(states, index) is None
+    assert caplog.text == ""
     states = DocumentStates(llama)
     assert attach_document_states(states, index) is attach_document_states(states, index) is states.stores[0]
     assert "other documents" not in caplog.text

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dynvocab.cli import main
-from dynvocab.precision import encode_autocast, native_bf16
+from dynvocab.precision import encode_autocast, encode_autocast_dtype, native_bf16
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [{"id": f"d{i}", "title": f"Doc {i}", "text": f"the river city {i} has a bank and a tower"} for i in range(6)]
@@ -23,8 +23,24 @@ def native(request, monkeypatch) -> bool:
     """The CPU's bf16 capability, forced."""
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: request.param)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     assert native_bf16(torch.device("cpu")) is request.param
     return request.param
+
+
+@pytest.mark.parametrize("capability, onednn_isa", [("AVX2", None), ("DEFAULT", None), ("AVX512", "AVX2"),
+                                                    ("AVX512", "avx512_core")])
+def test_a_cpu_held_below_its_bf16_instructions_emulates_bf16(monkeypatch, capability, onednn_isa):
+    """A CPU with AVX-512 BF16 whose kernels torch may not use (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) gets float32."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    if onednn_isa is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", onednn_isa)
+    assert not native_bf16(torch.device("cpu"))
+    assert encode_autocast_dtype("auto", torch.device("cpu")) is None
 
 
 def expected(native: bool) -> str | None:

@@ -42,6 +42,8 @@ CASES = [
     ("document-states a missing index", ["document-states", "--index", "/no/such/index"], "no saved index"),
     ("document-states zero documents a shard", ["document-states", "--index", "/x", "--shard-documents", "0"],
      "--shard-documents 0 and --batch-size 8 must be >= 1"),
+    ("index with document states read in batches of 0", ["index", "--output", "{tmp}/i", "--document-states",
+                                                         "--states-batch-size", "0"], "--states-batch-size 0 must be"),
     ("document-states in bfloat16", ["document-states", "--index", "/x", "--dtype", "bfloat16"], "invalid choice"),
     ("soup-encoders a base weight of 1", ["soup-encoders", "--encoders", "a", "--output", "{tmp}/s", "--base", "minilm",
                                           "--base-weight", "1"], "base_weight=1.0 must be in [0, 1)"),

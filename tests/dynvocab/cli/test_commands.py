@@ -1,8 +1,10 @@
 import json
 
 import pytest
+
 from dynvocab.assets import wikipedia_leads
 from dynvocab.cli import main
+from dynvocab.state_store import DocumentStateStore
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +52,8 @@ def test_index_with_phrase_vectors_then_generate_reads_them(workspace, capsys):
 def test_document_states_beside_an_index_are_built_once(workspace, capsys):
     encoder, lm = ["--encoder", str(workspace / "encoder")], ["--model", str(workspace / "lm")]
     index = workspace / "index-with-states"
-    main(["index", "--data", str(workspace / "docs.jsonl"), "--output", str(index), *encoder])
-    capsys.readouterr()
-    main(["document-states", "--index", str(index), *encoder, *lm, "--shard-documents", "8", "--batch-size", "4"])
+    main(["index", "--data", str(workspace / "docs.jsonl"), "--output", str(index), *encoder, "--document-states", *lm,
+          "--shard-documents", "8", "--states-batch-size", "4"])
     built = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert built["documents"] == 30 and built["tokens"] > 30 * 20
     assert built["document_states"].endswith("document_states")
@@ -61,6 +62,8 @@ def test_document_states_beside_an_index_are_built_once(workspace, capsys):
     with pytest.raises(SystemExit) as exit_info:  # another dtype: another store
         main(["document-states", "--index", str(index), *encoder, *lm, "--shard-documents", "8", "--dtype", "float32"])
     assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err
+    main(["document-states", "--index", str(index), *encoder, *lm, "--dtype", "float32", "--overwrite"])
+    assert DocumentStateStore(built["document_states"]).record["dtype"] == "float32"
 
 
 def test_bad_settings_exit_with_the_reason(workspace, capsys):
