@@ -64,13 +64,16 @@ def generate_verified(
     eos_token_id: int | None = None,
     row: int | None = None,
     draft: Callable[[list[int]], list[int]] | None = None,
+    on_step: Callable[[list[int]], bool] | None = None,
 ) -> VerifiedOutput:
     """Decode ``max_new_tokens`` steps from ``input_ids`` ``(1, L)`` (token ids) with verified phrases.
 
     ``model`` is a ``DynamicVocabLM``; ``row`` picks one row's phrase set after per-row
     ``set_phrases`` (default: every phrase). ``logits_processor`` sees the mixed ids and
     the ``(1, V + P)`` scores of each step, like ``generate``'s. ``draft`` maps the text so far as token ids
-    (prompt included, the chosen token last) to the tokens proposed after it.
+    (prompt included, the chosen token last) to the tokens proposed after it. ``on_step`` hears the mixed ids each
+    step kept (a phrase, a token, or a token and its kept draft), as they are written; returning True ends decoding
+    there (a server's stop string, cancellation or token limit).
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"generate_verified decodes one prompt: input_ids must be (1, L), got {tuple(input_ids.shape)}")
@@ -105,11 +108,13 @@ def generate_verified(
             cache.crop(kept - len(tokens))  # transformers 5: a negative count removes that many slots
             cut += 1
         whole = chosen if chosen >= vocab and kept == len(tokens) else None
-        ids = torch.cat([ids, torch.tensor([_as_ids(tokens[:kept], whole, table, vocab, mask)], device=ids.device)], dim=1)
+        written = _as_ids(tokens[:kept], whole, table, vocab, mask)
+        ids = torch.cat([ids, torch.tensor([written], device=ids.device)], dim=1)
         text += tokens[:kept]
         logits = out.logits[:, kept - 1]
         steps += 1
-        if tokens[kept - 1] in ends or _stops(stopping, ids, [], scores):
+        heard_enough = on_step is not None and on_step(written)
+        if heard_enough or tokens[kept - 1] in ends or _stops(stopping, ids, [], scores):
             break
     return VerifiedOutput(ids, steps, cut)
 

@@ -10,7 +10,10 @@ requests/s, steps/s, p50/p95 latency, p50 time to first step, 5xx count, answers
 decoded together per step (continuous batching), and the 503s of the burst. ``--state-threshold T`` adds a third run
 beside those two at every level: the phrased requests with the state gate (``state_threshold``), whose encode stage
 then holds the LM's pass over documents no earlier request brought, unless the index keeps the LM's document states
-(``dynvocab document-states``; ``--without-document-states`` leaves them unread).
+(``dynvocab document-states``; ``--without-document-states`` leaves them unread). ``--draft-tokens N`` adds the
+phrased requests with verified decoding and drafts from their documents (``verify_top_k=1``, ``agreement_top_k=1``,
+``draft_tokens=N``: the bare LM's text, each request decoding alone). Time per character written compares modes whose
+requests write different amounts of text in their ``--max-tokens`` ids (a phrase is one id).
 
     nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving
 """
@@ -112,6 +115,7 @@ def summary(replies: list[dict], seconds: float, lone: list[dict]) -> dict:
         "requests_per_s": len(done) / seconds, "steps_per_s": sum(r["steps"] for r in done) / seconds,
         "p50_s": statistics.median(latency), "p95_s": latency[min(len(latency) - 1, round(0.95 * (len(latency) - 1)))],
         "first_step_p50_s": statistics.median(r["first_s"] for r in done),
+        "ms_per_char": 1e3 * sum(r["seconds"] for r in done) / max(sum(len(r["text"]) for r in done), 1),
         "equal_to_lone": sum(r.get("text") == alone.get("text") for r, alone in zip(replies, lone)),
         "stages_p50_ms": {stage: 1e3 * statistics.median(r["stages"].get(stage, 0.0) for r in done)
                           for stage in ("retrieve", "extract", "encode", "decode")},
@@ -146,6 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--without-document-states", action="store_true",
                         help="do not read the LM's document states kept beside the index (`dynvocab document-states`): "
                              "the gated requests' first pass then reads its documents with the LM")
+    parser.add_argument("--draft-tokens", type=int, default=0,
+                        help="also run the phrased requests verified, with drafts of this many tokens (0: not)")
+    parser.add_argument("--no-repeat-ngram-size", type=int, default=4, help="every request's n-gram guard")
     parser.add_argument("--output", help="folder for benchmark.json and benchmark.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -161,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
         engine.document_states.use_store(None)
     url, server, thread = start_server(engine, config)
     prompts = prompts_of(args.num_prompts, engine.model.tokenizer)
-    base = {"max_tokens": args.max_tokens, "temperature": 0, "no_repeat_ngram_size": 4}
+    base = {"max_tokens": args.max_tokens, "temperature": 0, "no_repeat_ngram_size": args.no_repeat_ngram_size}
     if engine.corpora:
         phrased = [base | {"prompt": p, "retrieve": args.retrieve} for p in prompts]
     else:  # no index: each request brings a document of its own (the next prompt's text)
@@ -169,6 +176,9 @@ def main(argv: list[str] | None = None) -> dict:
     modes = {"phrases": phrased, "bare": [base | {"prompt": p} for p in prompts]}
     if args.state_threshold is not None:
         modes["gated"] = [body | {"state_threshold": args.state_threshold} for body in phrased]
+    if args.draft_tokens:
+        verified = {"verify_top_k": 1, "agreement_top_k": 1, "draft_tokens": args.draft_tokens}
+        modes["drafted"] = [body | verified for body in phrased]
     lone, levels = {}, {}
 
     def measure(mode: str, level: str, concurrency: int) -> list[dict]:
@@ -204,12 +214,12 @@ def main(argv: list[str] | None = None) -> dict:
 def write(folder: Path, result: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
-    rows = ["| run | answered | 5xx | rows per step | req/s | steps/s | p50 s | p95 s | first step p50 s | equal to lone | "
-            "retrieve / extract / encode p50 ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| run | answered | 5xx | rows per step | req/s | steps/s | p50 s | p95 s | first step p50 s | ms per character "
+            "| equal to lone | retrieve / extract / encode p50 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in result["levels"].items():
         rows.append(f"| {name} | {s['answered']}/{s['requests']} | {s['5xx']} | {s['mean_batch']:.1f} | {s['requests_per_s']:.2f} | "
                     f"{s['steps_per_s']:.1f} | {s['p50_s']:.2f} | {s['p95_s']:.2f} | {s['first_step_p50_s']:.3f} | "
-                    f"{s['equal_to_lone']}/{s['answered']} | "
+                    f"{s['ms_per_char']:.2f} | {s['equal_to_lone']}/{s['answered']} | "
                     + " / ".join(f"{s['stages_p50_ms'][k]:.0f}" for k in ("retrieve", "extract", "encode")) + " |")
     (folder / "benchmark.md").write_text(
         f"# dynvocab serve, load on loopback\n\n`{result['command']}`\n\n{result['machine']}; model {result['model']}; "

@@ -1,6 +1,7 @@
 """The model side of the server: check a request against the model, then decode requests together, each row with
 its own phrase set; a request joins the running batch at the next step and leaves it when it ends
-(``continuous.RunningBatch``)."""
+(``continuous.RunningBatch``). A request with verified decoding (``verify_top_k``, and drafts with ``draft_tokens``)
+decodes alone, one prompt at a time as ``dynvocab.verification.generate_verified`` does."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from retrieval.timing import StageTimer
 
 from ..model import DynamicVocabLM
 from ..padding import pad_id
+from ..verification import generate_verified
 from ..phrase_table import Phrase, PhraseTable
+from ..state_keys import state_keys
 from ..state_store import DocumentStates
 from ..text import Segment, segments as phrase_segments
 from .config import ServerConfig
@@ -106,6 +109,9 @@ class Engine:
             raise invalid("state_threshold", settings.state_threshold, "the state gate lets a phrase compete where the "
                           "LM's state is close to its state before the phrase in a document, and this request has no "
                           "documents", "send documents or retrieve with it, or leave state_threshold out")
+        if settings.verify_top_k and request.readback == "vector":
+            raise invalid("readback", request.readback, "verified decoding reads each phrase back as its tokens, the "
+                          "only way the LM can judge them", "leave readback out, or verify_top_k and draft_tokens")
         return prompt_ids, self._phrases(request), self._documents(request), settings
 
     def _phrases(self, request: CompletionRequest) -> list[Phrase]:
@@ -143,8 +149,9 @@ class Engine:
             raise ApiError(400, f"the phrase settings are refused: {error}", code="invalid_phrase_settings") from None
 
     def batch_key(self, request: CompletionRequest, settings: PipelineConfig, request_id: str) -> tuple:
-        """Requests with equal keys decode alike and may share a batch; a seeded sampled request decodes alone."""
-        alone = request_id if (not request.greedy and request.seed is not None) else None
+        """Requests with equal keys decode alike and may share a batch; a seeded sampled request and a verified one
+        decode alone."""
+        alone = request_id if settings.verify_top_k or (not request.greedy and request.seed is not None) else None
         return request.readback, tuple(sorted(settings.generation_kwargs().items())), settings.state_threshold, alone
 
     # ------------------------------------------------------------------ decoding, on the worker thread
@@ -175,6 +182,9 @@ class Engine:
             if not jobs and not batch:
                 return
             ended = []
+            if not batch and jobs[0].settings.verify_top_k:  # its key is its own: jobs holds it alone
+                self._decode_verified(self._admissions(jobs)[0], finished, on_step)
+                continue
             if not batch:
                 key = jobs[0].key
                 settings = jobs[0].settings
@@ -202,6 +212,50 @@ class Engine:
                 batch.compact()
             if not len(batch):
                 batch, key = None, None
+
+    def _decode_verified(self, admission: Admission, finished: Callable[[Job, Completion], None],
+                         stepped: Callable[[int, int, float], None] | None = None) -> None:
+        """Decode one request with verified decoding (and drafts from its documents with ``draft_tokens``): each
+        step's kept ids go to its row as they come, so it streams, stops and is cancelled as a batched row is;
+        ``stepped(1, phrases, seconds)`` hears each step, as ``decode``'s ``on_step``."""
+        prepared, row, model = admission.handle, admission.row, self.model
+        settings, start = prepared.job.settings, time.perf_counter()
+        table = model.phrase_table
+        table.keep([])  # the request's phrases alone (the phrase cache keeps the vectors of others)
+        table.add_validated(table.validate(admission.phrases))
+        model.refresh_phrase_vectors(only_new=True)
+        keys = None
+        if settings.state_threshold is not None and admission.documents:
+            keys = state_keys(self.document_states, admission.documents, table.token_ids, settings.state_threshold)
+        pipeline = PhrasePipeline(model, None, settings)
+        drafter = pipeline.drafter(prepared.documents) if settings.draft_tokens else None
+        prepared.stages["encode"] = time.perf_counter() - start
+        gate = {"phrase_contexts": admission.contexts} if admission.contexts is not None else {}
+        processors = model.phrase_processors_in(settings.generation_kwargs() | gate)
+
+        last = time.perf_counter()
+
+        def on_step(ids: list[int]) -> bool:
+            nonlocal last
+            if stepped is not None:
+                stepped(1, sum(token >= model.vocab_size for token in ids), time.perf_counter() - last)
+                last = time.perf_counter()
+            for token in ids:
+                row.step(token, lambda new: model.decode(new, skip_special_tokens=True), self.eos, model.vocab_size)
+                if row.done:
+                    return True
+            return False
+
+        decoding = last
+        with model.state_gate(keys):
+            generate_verified(model, torch.tensor([admission.prompt_ids], device=model.device), row.max_tokens,
+                              accept_top_k=settings.verify_top_k, do_sample=settings.do_sample, top_p=settings.top_p,
+                              temperature=settings.temperature, logits_processor=processors,
+                              draft=drafter.draft if drafter else None, on_step=on_step)
+        prepared.stages["decode"] = time.perf_counter() - decoding
+        completion = self._completion(prepared, row)
+        prepared.job.on_done(completion)
+        finished(prepared.job, completion)
 
     def _gathered(self, jobs: list[Job], take: Callable[[int], list[Job]], room: int, deadline: float) -> list[Admission]:
         """``jobs`` and those of their key that arrive until ``deadline`` (or until ``room`` is full), prepared as

@@ -13,7 +13,7 @@ PHRASE_SOURCES = ("phrases", "documents", "retrieve")
 PIPELINE_SETTINGS = (
     "unit", "min_length", "max_length", "min_count", "max_phrases", "edges", "ranking", "no_repeat_ngram_size",
     "repetition_penalty", "agreement_top_k", "phrase_max_uses", "first_token_mass", "phrase_bias", "context_tokens",
-    "state_threshold",
+    "state_threshold", "verify_top_k", "draft_tokens",
 )
 
 
@@ -60,6 +60,9 @@ class CompletionRequest(BaseModel):
     phrase_max_uses: int | None = Field(None, ge=0)
     context_tokens: int | None = Field(None, ge=0)
     state_threshold: float | None = Field(None, ge=-1.0, le=1.0)
+    # verified decoding (the request then decodes alone): phrases kept as far as the LM agrees, drafts from documents
+    verify_top_k: int | None = Field(None, ge=0)
+    draft_tokens: int | None = Field(None, ge=0)
     first_token_mass: bool | None = None
     phrase_bias: float | None = None
     unit: Literal["tokens", "words"] | None = None

@@ -82,12 +82,14 @@ def test_packed_linear_benchmark(tiny_lm_dir, capsys):
 def test_serving_benchmark(tiny_lm_dir, tmp_path, capsys):
     results = load("benchmark_serving").main(["--model", str(tiny_lm_dir), "--index", "none", "--num-prompts", "3",
                                               "--max-tokens", "4", "--concurrency", "1,2", "--max-queue", "2",
-                                              "--threads", "1", "--state-threshold", "0.5", "--output", str(tmp_path)])
-    assert set(results["levels"]) == {f"{mode} {level}" for mode in ("phrases", "bare", "gated")
+                                              "--threads", "1", "--state-threshold", "0.5", "--draft-tokens", "4",
+                                              "--output", str(tmp_path)])
+    assert set(results["levels"]) == {f"{mode} {level}" for mode in ("phrases", "bare", "gated", "drafted")
                                       for level in ("first", "c=1", "c=2")}
     assert all(level["answered"] == 3 and level["5xx"] == 0 for level in results["levels"].values())
     assert results["levels"]["bare c=2"]["equal_to_lone"] == 3  # greedy: batched answers equal the lone ones
     assert results["levels"]["gated c=2"]["equal_to_lone"] == 3
+    assert results["levels"]["drafted c=2"]["equal_to_lone"] == 3 and results["levels"]["drafted c=2"]["ms_per_char"] > 0
     burst = results["burst"]
     assert burst["ok"] + burst["refused_503"] == burst["sent"] == 6 and burst["other"] == 0
     assert burst["refused_with_retry_after"] == burst["refused_503"]

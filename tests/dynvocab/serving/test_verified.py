@@ -1,0 +1,80 @@
+"""Verified requests (``verify_top_k``, drafts with ``draft_tokens``) decode alone: with ``verify_top_k=1`` and
+``agreement_top_k=1`` the text is the bare LM's greedy text, in fewer steps when a document holds it; it streams, stops and counts as a batched row."""
+
+import pytest
+
+from retrieval import pipeline
+
+from .test_batching import job
+from .test_completions import events
+
+PROMPT = "The river that flows through the city"
+
+
+def decoded(engine, fields: dict) -> tuple:
+    """``fields`` decoded through ``engine.decode``: the completion and the rows of each step it heard."""
+    waiting, steps, done = [job(engine, fields, 0)], [], []
+
+    def take(key, room):
+        taken, waiting[:] = waiting[:room], waiting[room:]
+        return taken
+
+    engine.decode(take, lambda _, completion: done.append(completion), lambda rows, *_: steps.append(rows))
+    return done[0], steps
+
+
+@pytest.fixture(autouse=True)
+def drafts_always_pay(monkeypatch):
+    """A drafted forward call of the tiny model costs what a one-token call does, whatever this machine's timing."""
+    monkeypatch.setattr(pipeline, "draft_step_cost", lambda model, draft_tokens: 0.0)
+
+
+@pytest.mark.parametrize("max_phrases", [0, 2048], ids=["drafts-only", "phrases-win"])
+def test_a_verified_drafted_request_writes_the_bare_lm_s_text(make_engine, max_phrases):
+    engine = make_engine(phrases_win=True)
+    bare, _ = decoded(engine, {"prompt": PROMPT, "max_tokens": 160})  # 16 ids may hold 128 tokens
+    holding_it = {"prompt": PROMPT, "max_tokens": 16, "documents": [PROMPT + bare.text], "max_phrases": max_phrases}
+    lossless = {"verify_top_k": 1, "agreement_top_k": 1}  # a phrase starts where the LM's best token does
+    steps = {}
+    for drafts in (0, 4):  # drafts come from the document, which holds the text
+        verified, steps[drafts] = decoded(engine, holding_it | lossless | {"draft_tokens": drafts})
+        assert bare.text.startswith(verified.text) and len(verified.text) > 20
+        assert (verified.completion_tokens, verified.finish_reason) == (16, "length")  # ids: a phrase counts one
+        assert (verified.phrase_steps > 0) is bool(max_phrases) and set(steps[drafts]) == {1}
+        assert "".join(s["text"] for s in verified.segments) == verified.text
+    if not max_phrases:  # a drafted step keeps several tokens (nothing is drafted after a phrase)
+        assert len(steps[0]) == 16 and len(steps[4]) <= 16 // 2
+    assert engine.batch_key(*_checked(engine, holding_it | lossless), "a") != \
+        engine.batch_key(*_checked(engine, holding_it | lossless), "b")  # each decodes alone
+
+
+def _checked(engine, fields: dict) -> tuple:
+    made = job(engine, fields, 0)
+    return made.request, made.settings
+
+
+def test_a_verified_request_streams_its_steps_and_stops_at_a_stop_string(make_client):
+    client = make_client()
+    bare = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 120, "temperature": 0}).json()
+    text = bare["choices"][0]["text"]
+    request = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "documents": [PROMPT + text],
+               "verify_top_k": 1, "agreement_top_k": 1, "draft_tokens": 4}
+    whole = client.post("/v1/completions", json=request).json()["choices"][0]
+    assert text.startswith(whole["text"]) and whole["finish_reason"] == "length"
+    streamed = events(client.post("/v1/completions", json=request | {"stream": True}))
+    assert streamed[-1] == "[DONE]" and streamed[-2]["choices"][0]["finish_reason"] == "length"
+    chunks = [event["choices"][0]["text"] for event in streamed[:-2]]
+    assert "".join(chunks) == whole["text"] and len(chunks) == 12  # a chunk per id, as a batched row sends
+    stop = whole["text"][len(whole["text"]) // 2 : len(whole["text"]) // 2 + 3]
+    cut = client.post("/v1/completions", json=request | {"stop": [stop]}).json()["choices"][0]
+    assert cut["text"] == whole["text"][: whole["text"].find(stop)] and cut["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"draft_tokens": 4}, "needs verified decoding: pass verify_top_k=1"),
+    ({"verify_top_k": 1, "readback": "vector"}, "verified decoding reads each phrase back as its tokens"),
+])
+def test_a_verified_request_that_cannot_be_decoded_is_refused(make_client, fields, message):
+    reply = make_client().post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "temperature": 0,
+                                                         "documents": ["a b c"], **fields})
+    assert reply.status_code == 400 and message in reply.text
