@@ -43,9 +43,10 @@ class VerifiedOutput:
 
 
 def _choose(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessorList, ids: torch.Tensor) -> int:
+    """The next id from one row's ``(V + P,)`` scores: the best, or sampled after the warpers (which take batches)."""
     if not do_sample:
         return int(scores.argmax(-1))
-    probs = torch.softmax(warpers(ids, scores), dim=-1)
+    probs = torch.softmax(warpers(ids, scores[None])[0], dim=-1)
     return int(torch.multinomial(probs, 1))
 
 

@@ -107,7 +107,9 @@ def batches(url: str) -> tuple[float, float]:
     return float(metrics["dynvocab_batch_size_sum"]), float(metrics["dynvocab_batch_size_count"])
 
 
-def summary(replies: list[dict], seconds: float, lone: list[dict]) -> dict:
+def summary(replies: list[dict], seconds: float, lone: list[dict], bare: list[dict]) -> dict:
+    """A level's figures; ``lone`` its mode's answers alone, ``bare`` the bare LM's (each text or a prefix of it
+    counts as the bare LM's: ``max_tokens`` ids hold more text when some are phrases)."""
     done = [r for r in replies if r["status"] == 200]
     latency = sorted(r["seconds"] for r in done)
     return {
@@ -117,9 +119,14 @@ def summary(replies: list[dict], seconds: float, lone: list[dict]) -> dict:
         "first_step_p50_s": statistics.median(r["first_s"] for r in done),
         "ms_per_char": 1e3 * sum(r["seconds"] for r in done) / max(sum(len(r["text"]) for r in done), 1),
         "equal_to_lone": sum(r.get("text") == alone.get("text") for r, alone in zip(replies, lone)),
+        "bare_lm_text": sum(_one_extends_the_other(r.get("text"), plain.get("text")) for r, plain in zip(replies, bare)),
         "stages_p50_ms": {stage: 1e3 * statistics.median(r["stages"].get(stage, 0.0) for r in done)
                           for stage in ("retrieve", "extract", "encode", "decode")},
     }
+
+
+def _one_extends_the_other(text: str | None, other: str | None) -> bool:
+    return text is not None and other is not None and (text.startswith(other) or other.startswith(text))
 
 
 async def burst(url: str, size: int) -> dict:
@@ -173,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
         phrased = [base | {"prompt": p, "retrieve": args.retrieve} for p in prompts]
     else:  # no index: each request brings a document of its own (the next prompt's text)
         phrased = [base | {"prompt": p, "documents": [prompts[(i + 1) % len(prompts)]]} for i, p in enumerate(prompts)]
-    modes = {"phrases": phrased, "bare": [base | {"prompt": p} for p in prompts]}
+    modes = {"bare": [base | {"prompt": p} for p in prompts], "phrases": phrased}  # the bare LM's answers first
     if args.state_threshold is not None:
         modes["gated"] = [body | {"state_threshold": args.state_threshold} for body in phrased]
     if args.draft_tokens:
@@ -185,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
         before = batches(url)
         replies, seconds = asyncio.run(run_level(url, modes[mode], concurrency))
         after = batches(url)
-        levels[f"{mode} {level}"] = summary(replies, seconds, lone.get(mode, replies)) | {
+        levels[f"{mode} {level}"] = summary(replies, seconds, lone.get(mode, replies), lone.get("bare", replies)) | {
             "mean_batch": (after[0] - before[0]) / max(after[1] - before[1], 1)}
         print(f"{mode:8s} {level}: {json.dumps(levels[f'{mode} {level}'])}", flush=True)
         return replies
@@ -215,11 +222,12 @@ def write(folder: Path, result: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
     rows = ["| run | answered | 5xx | rows per step | req/s | steps/s | p50 s | p95 s | first step p50 s | ms per character "
-            "| equal to lone | retrieve / extract / encode p50 ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| equal to lone | the bare LM's text | retrieve / extract / encode p50 ms |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in result["levels"].items():
         rows.append(f"| {name} | {s['answered']}/{s['requests']} | {s['5xx']} | {s['mean_batch']:.1f} | {s['requests_per_s']:.2f} | "
                     f"{s['steps_per_s']:.1f} | {s['p50_s']:.2f} | {s['p95_s']:.2f} | {s['first_step_p50_s']:.3f} | "
-                    f"{s['ms_per_char']:.2f} | {s['equal_to_lone']}/{s['answered']} | "
+                    f"{s['ms_per_char']:.2f} | {s['equal_to_lone']}/{s['answered']} | {s['bare_lm_text']}/{s['answered']} | "
                     + " / ".join(f"{s['stages_p50_ms'][k]:.0f}" for k in ("retrieve", "extract", "encode")) + " |")
     (folder / "benchmark.md").write_text(
         f"# dynvocab serve, load on loopback\n\n`{result['command']}`\n\n{result['machine']}; model {result['model']}; "

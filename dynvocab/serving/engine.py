@@ -20,11 +20,11 @@ from retrieval.timing import StageTimer
 
 from ..model import DynamicVocabLM
 from ..padding import pad_id
-from ..verification import generate_verified
 from ..phrase_table import Phrase, PhraseTable
 from ..state_keys import state_keys
 from ..state_store import DocumentStates
 from ..text import Segment, segments as phrase_segments
+from ..verification import generate_verified
 from .config import ServerConfig
 from .continuous import Admission, RunningBatch
 from .errors import ApiError, invalid
@@ -232,7 +232,8 @@ class Engine:
         prepared.stages["encode"] = time.perf_counter() - start
         gate = {"phrase_contexts": admission.contexts} if admission.contexts is not None else {}
         processors = model.phrase_processors_in(settings.generation_kwargs() | gate)
-
+        if admission.seed is not None:
+            torch.manual_seed(admission.seed)
         last = time.perf_counter()
 
         def on_step(ids: list[int]) -> bool:

@@ -38,6 +38,20 @@ def test_accepting_only_the_greedy_token_writes_the_bare_lm_greedy_text(model, l
     assert any(i >= model.vocab_size for i in new)
 
 
+def test_sampled_verified_decoding_is_seeded_and_its_narrowest_nucleus_is_greedy(llama, tokenizer):
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()  # its own phrase scores: no ties to break
+    prompt = tokenizer("The city of", return_tensors="pt").input_ids
+    model.set_phrases([" the river", " of the old town"], mid_sentence_forms=False)
+
+    def sampled(seed: int, top_p: float = 0.9) -> list[int]:
+        torch.manual_seed(seed)
+        return generate_verified(model, prompt, 10, do_sample=True, top_p=top_p).sequences[0].tolist()
+
+    assert sampled(0) == sampled(0) and len({tuple(sampled(seed)) for seed in range(4)}) > 1
+    greedy = generate_verified(model, prompt, 10).sequences[0].tolist()
+    assert sampled(1, top_p=1e-9) == sampled(2, top_p=1e-9) == greedy
+
+
 def test_a_kept_prefix_is_emitted_as_a_phrase_of_the_row_or_as_tokens(model):
     from dynvocab.verification import _as_ids
 

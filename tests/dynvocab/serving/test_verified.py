@@ -5,6 +5,7 @@ import pytest
 
 from retrieval import pipeline
 
+from .documents import DOCS
 from .test_batching import job
 from .test_completions import events
 
@@ -68,6 +69,16 @@ def test_a_verified_request_streams_its_steps_and_stops_at_a_stop_string(make_cl
     stop = whole["text"][len(whole["text"]) // 2 : len(whole["text"]) // 2 + 3]
     cut = client.post("/v1/completions", json=request | {"stop": [stop]}).json()["choices"][0]
     assert cut["text"] == whole["text"][: whole["text"].find(stop)] and cut["finish_reason"] == "stop"
+
+
+def test_a_seeded_sampled_verified_request_returns_the_same_text_each_time(make_client):
+    client = make_client()
+    request = {"prompt": PROMPT, "max_tokens": 12, "temperature": 1.0, "seed": 7, "documents": [DOCS[0]["text"]],
+               "verify_top_k": 3, "draft_tokens": 4}
+    texts = {client.post("/v1/completions", json=request).json()["choices"][0]["text"] for _ in range(3)}
+    others = {client.post("/v1/completions", json=request | {"seed": seed}).json()["choices"][0]["text"]
+              for seed in range(8, 12)}
+    assert len(texts) == 1 and len(others | texts) > 1
 
 
 @pytest.mark.parametrize("fields, message", [
