@@ -13,7 +13,9 @@ then holds the LM's pass over documents no earlier request brought, unless the i
 (``dynvocab document-states``; ``--without-document-states`` leaves them unread). ``--draft-tokens N`` adds the
 phrased requests with verified decoding and drafts from their documents (``verify_top_k=1``, ``agreement_top_k=1``,
 ``draft_tokens=N``: the bare LM's text, each request decoding alone). Time per character written compares modes whose
-requests write different amounts of text in their ``--max-tokens`` ids (a phrase is one id).
+requests write different amounts of text in their ``--max-tokens`` ids (a phrase is one id); the rows "paired" send
+each prompt in every mode in turn, one at a time, and give each mode's time per character over the bare LM's on the
+same prompt (median), which a drifting machine moves less than the levels' figures.
 
     nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving
 """
@@ -86,6 +88,22 @@ async def one(client: httpx.AsyncClient, url: str, body: dict) -> dict:
     end = time.perf_counter()
     return {"status": 200, "first_s": (first or end) - start, "seconds": end - start, "text": text, "steps": steps,
             "stages": stages}
+
+
+async def run_paired(url: str, modes: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Each prompt in every mode in turn, one request at a time: the machine's drift reaches every mode alike."""
+    replies: dict[str, list[dict]] = {mode: [] for mode in modes}
+    async with httpx.AsyncClient(timeout=600) as client:
+        for bodies in zip(*modes.values()):
+            for mode, body in zip(modes, bodies):
+                replies[mode].append(await one(client, url, body))
+    return replies
+
+
+def per_char_over(replies: list[dict], bare: list[dict]) -> float:
+    """The median over prompts of a reply's seconds per character over the bare LM's on the same prompt."""
+    return statistics.median((r["seconds"] / max(len(r["text"]), 1)) / (b["seconds"] / max(len(b["text"]), 1))
+                             for r, b in zip(replies, bare))
 
 
 async def run_level(url: str, bodies: list[dict], concurrency: int) -> tuple[list[dict], float]:
@@ -200,6 +218,12 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         for mode in modes:  # alone and first: the reference answers; what no earlier request encoded or read is here
             lone[mode] = measure(mode, "first", 1)
+        paired = asyncio.run(run_paired(url, modes))  # then again, each prompt in every mode in turn
+        for mode, replies in paired.items():
+            seconds = sum(r["seconds"] for r in replies)
+            levels[f"{mode} paired"] = summary(replies, seconds, lone[mode], lone["bare"]) | {
+                "mean_batch": 1.0, "per_char_over_bare": per_char_over(replies, paired["bare"])}
+            print(f"{mode:8s} paired: {json.dumps(levels[f'{mode} paired'])}", flush=True)
         for concurrency in [int(c) for c in args.concurrency.split(",")]:
             for mode in modes:
                 measure(mode, f"c={concurrency}", concurrency)
@@ -218,16 +242,21 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
 def write(folder: Path, result: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
     rows = ["| run | answered | 5xx | rows per step | req/s | steps/s | p50 s | p95 s | first step p50 s | ms per character "
-            "| equal to lone | the bare LM's text | retrieve / extract / encode p50 ms |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| over the bare LM's, paired median | equal to lone | the bare LM's text | retrieve / extract / encode p50 ms |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in result["levels"].items():
         rows.append(f"| {name} | {s['answered']}/{s['requests']} | {s['5xx']} | {s['mean_batch']:.1f} | {s['requests_per_s']:.2f} | "
                     f"{s['steps_per_s']:.1f} | {s['p50_s']:.2f} | {s['p95_s']:.2f} | {s['first_step_p50_s']:.3f} | "
-                    f"{s['ms_per_char']:.2f} | {s['equal_to_lone']}/{s['answered']} | {s['bare_lm_text']}/{s['answered']} | "
+                    f"{s['ms_per_char']:.2f} | {_ratio(s.get('per_char_over_bare'))} | {s['equal_to_lone']}/{s['answered']} | "
+                    f"{s['bare_lm_text']}/{s['answered']} | "
                     + " / ".join(f"{s['stages_p50_ms'][k]:.0f}" for k in ("retrieve", "extract", "encode")) + " |")
     (folder / "benchmark.md").write_text(
         f"# dynvocab serve, load on loopback\n\n`{result['command']}`\n\n{result['machine']}; model {result['model']}; "

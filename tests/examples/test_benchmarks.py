@@ -85,7 +85,7 @@ def test_serving_benchmark(tiny_lm_dir, tmp_path, capsys):
                                               "--threads", "1", "--state-threshold", "0.5", "--draft-tokens", "4",
                                               "--output", str(tmp_path)])
     assert set(results["levels"]) == {f"{mode} {level}" for mode in ("phrases", "bare", "gated", "drafted")
-                                      for level in ("first", "c=1", "c=2")}
+                                      for level in ("first", "paired", "c=1", "c=2")}
     assert all(level["answered"] == 3 and level["5xx"] == 0 for level in results["levels"].values())
     assert results["levels"]["bare c=2"]["equal_to_lone"] == 3  # greedy: batched answers equal the lone ones
     assert results["levels"]["gated c=2"]["equal_to_lone"] == 3
@@ -94,4 +94,6 @@ def test_serving_benchmark(tiny_lm_dir, tmp_path, capsys):
     burst = results["burst"]
     assert burst["ok"] + burst["refused_503"] == burst["sent"] == 6 and burst["other"] == 0
     assert burst["refused_with_retry_after"] == burst["refused_503"]
+    assert results["levels"]["bare paired"]["per_char_over_bare"] == 1.0
+    assert results["levels"]["drafted paired"]["per_char_over_bare"] > 0
     assert "| phrases c=2 |" in (tmp_path / "benchmark.md").read_text()
