@@ -137,7 +137,8 @@ def summary(replies: list[dict], seconds: float, lone: list[dict], bare: list[di
         "first_step_p50_s": statistics.median(r["first_s"] for r in done),
         "ms_per_char": 1e3 * sum(r["seconds"] for r in done) / max(sum(len(r["text"]) for r in done), 1),
         "equal_to_lone": sum(r.get("text") == alone.get("text") for r, alone in zip(replies, lone)),
-        "bare_lm_text": sum(_one_extends_the_other(r.get("text"), plain.get("text")) for r, plain in zip(replies, bare)),
+        "bare_lm_text": sum(_one_extends_the_other(r.get("text"), plain.get("text"))
+                            for r, plain in zip(replies, bare)),
         "stages_p50_ms": {stage: 1e3 * statistics.median(r["stages"].get(stage, 0.0) for r in done)
                           for stage in ("retrieve", "extract", "encode", "decode")},
     }
@@ -249,14 +250,15 @@ def _ratio(value: float | None) -> str:
 def write(folder: Path, result: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
-    rows = ["| run | answered | 5xx | rows per step | req/s | steps/s | p50 s | p95 s | first step p50 s | ms per character "
-            "| over the bare LM's, paired median | equal to lone | the bare LM's text | retrieve / extract / encode p50 ms |",
+    rows = ["| run | answered | 5xx | rows per step | req/s | steps/s | p50 s | p95 s | first step p50 s "
+            "| ms per character | over the bare LM's, paired median | equal to lone | the bare LM's text "
+            "| retrieve / extract / encode p50 ms |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in result["levels"].items():
         rows.append(f"| {name} | {s['answered']}/{s['requests']} | {s['5xx']} | {s['mean_batch']:.1f} | {s['requests_per_s']:.2f} | "
                     f"{s['steps_per_s']:.1f} | {s['p50_s']:.2f} | {s['p95_s']:.2f} | {s['first_step_p50_s']:.3f} | "
-                    f"{s['ms_per_char']:.2f} | {_ratio(s.get('per_char_over_bare'))} | {s['equal_to_lone']}/{s['answered']} | "
-                    f"{s['bare_lm_text']}/{s['answered']} | "
+                    f"{s['ms_per_char']:.2f} | {_ratio(s.get('per_char_over_bare'))} | "
+                    f"{s['equal_to_lone']}/{s['answered']} | {s['bare_lm_text']}/{s['answered']} | "
                     + " / ".join(f"{s['stages_p50_ms'][k]:.0f}" for k in ("retrieve", "extract", "encode")) + " |")
     (folder / "benchmark.md").write_text(
         f"# dynvocab serve, load on loopback\n\n`{result['command']}`\n\n{result['machine']}; model {result['model']}; "

@@ -32,7 +32,7 @@ def native(request, monkeypatch) -> bool:
 @pytest.mark.parametrize("capability, onednn_isa", [("AVX2", None), ("DEFAULT", None), ("AVX512", "AVX2"),
                                                     ("AVX512", "avx512_core")])
 def test_a_cpu_held_below_its_bf16_instructions_emulates_bf16(monkeypatch, capability, onednn_isa):
-    """A CPU with AVX-512 BF16 whose kernels torch may not use (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) gets float32."""
+    """A CPU with AVX-512 BF16 whose kernels torch may not use (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA): float32."""
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     if onednn_isa is None:

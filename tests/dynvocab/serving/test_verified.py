@@ -1,5 +1,6 @@
 """Verified requests (``verify_top_k``, drafts with ``draft_tokens``) decode alone: with ``verify_top_k=1`` and
-``agreement_top_k=1`` the text is the bare LM's greedy text, in fewer steps when a document holds it; it streams, stops and counts as a batched row."""
+``agreement_top_k=1`` the text is the bare LM's greedy text, in fewer steps when a document holds it; it streams,
+stops and is seeded as a batched row is."""
 
 import pytest
 
