@@ -15,7 +15,8 @@ def test_the_page_is_served_at_the_root(make_client):
     reply = make_client().get("/")
     assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/html")
     for needle in ('id="prompt"', 'name="mode" value="documents"', 'id="bare"', 'fetch("/v1/completions"',
-                   'body.state_threshold = Number($("state").value)'):
+                   'body.state_threshold = Number($("state").value)',
+                   'draft_tokens: Number($("drafts").value)'):
         assert needle in reply.text
 
 
