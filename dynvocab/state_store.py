@@ -142,7 +142,6 @@ class DocumentStates:
         return states
 
 
-
 def write_document_states(
     states: DocumentStates,
     documents: Sequence[Sequence[int]],
@@ -155,15 +154,13 @@ def write_document_states(
 ) -> DocumentStateStore:
     """Read ``documents`` (token ids) with ``states`` (its LM, batch size and ``max_tokens``) and keep their states
     in ``directory``, a shard of ``shard_documents`` documents at a time: an interrupted build resumes at its first
-    unfinished shard. ``record`` adds what the caller wants
-    recorded (the documents' fingerprint, say); a store there with another record is refused unless
-    ``overwrite``."""
+    unfinished shard. ``record`` adds what the caller wants recorded (the documents' fingerprint, say); a store
+    there with another record is refused unless ``overwrite``."""
     if dtype not in DTYPES or shard_documents < 1:
         raise ValueError(f"dtype={dtype!r} must be one of {sorted(DTYPES)} and shard_documents={shard_documents} >= 1")
     directory = Path(directory)
-    lm = states.lm
-    record = {"fingerprint": lm_fingerprint(lm), "max_tokens": states.max_tokens,
-              "dim": lm.get_output_embeddings().weight.shape[1], "dtype": dtype, "shard_documents": shard_documents,
+    record = {"fingerprint": states.fingerprint, "max_tokens": states.max_tokens,
+              "dim": states.lm.get_output_embeddings().weight.shape[1], "dtype": dtype, "shard_documents": shard_documents,
               **(record or {})}
     start_or_resume(directory, record, overwrite, DOCUMENT_STATES)
     done = set(finished_shards(directory))

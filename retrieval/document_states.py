@@ -73,12 +73,13 @@ def attach_document_states(states: DocumentStates, index: Any) -> DocumentStateS
     rebuilds it); one made for other documents is used, with a warning that fewer documents will be found.
     """
     folder = getattr(index, "directory", None)
-    if folder is None or not (states_path(folder) / STORE_FILE).is_file() or states_path(folder) in states.refused:
+    path = states_path(folder) if folder is not None else None
+    if path is None or path in states.refused or not (path / STORE_FILE).is_file():
         return None  # none there, or refused once already (not logged again)
-    attached = next((store for store in states.stores if store.directory == states_path(folder)), None)
+    attached = next((store for store in states.stores if store.directory == path), None)
     if attached is not None:
         return attached
-    store = DocumentStateStore(states_path(folder))
+    store = DocumentStateStore(path)
     try:
         states.use_store(store)
     except ValueError as error:

@@ -90,3 +90,14 @@ def test_a_verified_request_that_cannot_be_decoded_is_refused(make_client, field
     reply = make_client().post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "temperature": 0,
                                                          "documents": ["a b c"], **fields})
     assert reply.status_code == 400 and message in reply.text
+
+
+def test_a_verified_request_s_state_gate_closes_phrases_as_a_batched_row_s_does(make_engine):
+    """The gate at -1 opens every phrase that has a key (a place past a document's first token); near 1 it keeps
+    phrases out where the LM's state is not their state in the documents."""
+    engine = make_engine(phrases_win=True)
+    request = {"prompt": PROMPT, "max_tokens": 12, "documents": [DOCS[0]["text"], DOCS[1]["text"]],
+               "verify_top_k": 10**6}  # every token accepted: a phrase that wins is written whole
+    wide_open, _ = decoded(engine, request | {"state_threshold": -1.0})
+    narrow, _ = decoded(engine, request | {"state_threshold": 0.9999})
+    assert 0 < wide_open.phrase_steps and narrow.phrase_steps < wide_open.phrase_steps
