@@ -10,11 +10,13 @@ from .compression import CompressionResult, compression, compression_from_segmen
 from .latency import LatencyStats, StageTimer, summarize, time_callable
 from .mauve import (
     Features,
+    MauveGain,
     MauveResult,
     causal_lm_features,
     gpt2_large_features,
     mauve_score,
     minilm_features,
+    paired_mauve_gain,
     sentence_embedding_features,
 )
 from .perplexity import PerplexityResult, perplexity, perplexity_from_logprobs, token_logprobs
@@ -26,6 +28,7 @@ __all__ = [
     "CompressionResult",
     "Features",
     "LatencyStats",
+    "MauveGain",
     "MauveResult",
     "PerplexityResult",
     "RepetitionResult",
@@ -49,6 +52,7 @@ __all__ = [
     "ndcg_at_k",
     "ngram_counts",
     "normalize_answer",
+    "paired_mauve_gain",
     "perplexity",
     "perplexity_from_logprobs",
     "qa_scores",

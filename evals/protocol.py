@@ -95,6 +95,9 @@ class EvalConfig:
     lookup_tokens: int = field(default=10, metadata={"help": "bare-rag-lookup: prompt_lookup_num_tokens."})
     mauve_featurizer: str = field(default="lm", metadata={"help": "'lm' (the scorer LM's last-token state), 'minilm' or 'gpt2-large'."})
     mauve_seeds: int = field(default=3, metadata={"help": "MAUVE runs with different k-means seeds."})
+    mauve_permutations: int = field(default=100, metadata={
+        "help": "Random swaps of texts between each system and the bare LM with its safeguards, to test its MAUVE "
+                "gain (0: off)."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     output_dir: str = field(default="runs/eval", metadata={"help": "generations.jsonl, results.json, report.md, plots."})
 
@@ -115,7 +118,7 @@ class EvalConfig:
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):
             raise ValueError(f"mauve_featurizer={self.mauve_featurizer!r}; choose 'minilm', 'lm' or 'gpt2-large'")
         check_at_least(self, 1, ("num_prompts", "prefix_tokens", "continuation_tokens", "mauve_seeds", "batch_size", "top_k_docs"))
-        check_at_least(self, 0, ("skip_prompts",))
+        check_at_least(self, 0, ("skip_prompts", "mauve_permutations"))
         if not 0.0 < self.top_p <= 1.0 or self.repetition_penalty <= 0:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1] and repetition_penalty={self.repetition_penalty} > 0")
         if self.latency_prompts < 0:

@@ -87,3 +87,19 @@ def parse_system(name: str) -> SystemSpec:
             raise ValueError(f"system {name!r}: {key}={value!r}; choose from {list(allowed)}")
         options[key] = typed
     return SystemSpec(name.strip(), base, int(cap) if at else None, options)
+
+
+def matched_bare(system: str, systems: list[str], no_repeat: int = 0, penalty: float = 1.0) -> str | None:
+    """The bare LM among ``systems`` decoded with ``system``'s safeguards, or None.
+
+    A system is judged against the bare LM with the same ``no_repeat_ngram_size`` and repetition penalty: a guard
+    changes the text as much as phrases do. ``no_repeat``/``penalty`` are the protocol's defaults for systems that
+    set neither.
+    """
+    def guards(name: str) -> tuple[int, float]:
+        spec = parse_system(name)
+        return spec.get("no_repeat", no_repeat), spec.get("penalty", penalty)
+
+    wanted = guards(system)
+    return next((name for name in systems if parse_system(name).base == "bare" and name != system
+                 and guards(name) == wanted), None)

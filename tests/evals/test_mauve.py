@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from evals import Features, causal_lm_features, mauve_score, sentence_embedding_features
+from evals import Features, causal_lm_features, mauve_score, paired_mauve_gain, sentence_embedding_features
 
 TEXTS = ["the cat sat on a mat", "dog ran", "a big red dog", "it was blue and small"]
 FAST = {"seeds": (0, 1), "kmeans_num_redo": 1, "kmeans_max_iter": 100}
@@ -65,6 +65,27 @@ def test_bad_inputs(samples):
         mauve_score(p, q[:, :4])
     with pytest.raises(ValueError, match="seeds"):
         mauve_score(p, q, seeds=())
+
+
+def test_paired_gain_tells_a_better_system_from_chance(samples):
+    pytest.importorskip("mauve")
+    reference, system, far = samples
+    worse = system.copy()
+    worse[:40] = far[:40]  # the baseline writes off-distribution text at 40 of 100 prompts
+    better = paired_mauve_gain(reference, system, worse, permutations=30)
+    assert better.gain > 10 and better.p_value == pytest.approx(1 / 31)  # no swap reaches the observed gain
+    assert better.null_low < 0 < better.null_high < better.gain and better.permutations == 30
+    assert paired_mauve_gain(reference, worse, system, permutations=30).p_value == 1.0  # one-sided: worse is no gain
+    same = paired_mauve_gain(reference, system, system, permutations=5)
+    assert (same.gain, same.p_value, same.null_low, same.null_high) == (0.0, 1.0, 0.0, 0.0)
+
+
+def test_paired_gain_refuses_unpaired_rows(samples):
+    reference, system, _ = samples
+    with pytest.raises(ValueError, match="pair row by row"):
+        paired_mauve_gain(reference, system, system[:50])
+    with pytest.raises(ValueError, match="permutations=0"):
+        paired_mauve_gain(reference, system, system, permutations=0)
 
 
 def test_missing_mauve_names_the_extra(monkeypatch, samples):
