@@ -120,6 +120,21 @@ def step_cost(model, draft: int, prompt_tokens: int = 100, repeats: int = 15) ->
     return {f"forward over {n} (ms)": 1000 * s for n, s in seconds.items()}
 
 
+def candidates(pipeline, documents: list[dict], extraction: str) -> list:
+    """The pipeline's phrases of ``documents``, or those of its extractor with its stopword or sentence rule off."""
+    if extraction == "pipeline":
+        return pipeline.candidates(documents)
+    from retrieval.phrases import ENGLISH_STOPWORDS, extract_phrases, tokenized_phrases
+
+    c, table = pipeline.config, pipeline.model.phrase_table
+    stopwords = None if extraction in ("stopwords", "both") else ENGLISH_STOPWORDS
+    found = extract_phrases(documents, pipeline.model.tokenizer, unit=c.unit, min_length=c.min_length,
+                            max_length=c.max_length, max_phrases=c.max_phrases + c.max_phrases // 8 + 8, edges=c.edges,
+                            ranking=c.ranking, stopwords=stopwords, split_sentences=extraction not in ("sentences", "both"))
+    return [phrase for phrase, _ in tokenized_phrases(found, pipeline.model.tokenizer, table.max_phrase_tokens,
+                                                      table.tokenize)][: c.max_phrases]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="an evaluation folder with generations.jsonl")
@@ -128,6 +143,9 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=32)
     parser.add_argument("--edges", default="content", choices=("content", "any"), help="the plugged phrases' edges")
     parser.add_argument("--max-phrases", type=int, default=2048, help="plugged phrases per prompt")
+    parser.add_argument("--extraction", default="pipeline", choices=("pipeline", "stopwords", "sentences", "both"),
+                        help="the pipeline's extractor, or one that also keeps phrases made only of stopwords, lets "
+                             "phrases cross sentence ends, or both")
     parser.add_argument("--draft-tokens", type=int, default=8)
     parser.add_argument("--step-cost", action="store_true", help="time the LM's forward over 1 and over the draft")
     parser.add_argument("--state-thresholds", default="",
@@ -164,7 +182,7 @@ def main() -> None:
     steps: Counter = Counter()
     for key, row in tqdm(prompts.items(), desc="prompts"):
         documents = pipeline.index.search_documents([row["prompt"]], k=args.top_k)[0]
-        plugged = set(model.phrase_table.tokenize([p.text for p in pipeline.candidates(documents)]))
+        plugged = set(model.phrase_table.tokenize([p.text for p in candidates(pipeline, documents, args.extraction)]))
         document_ids = document_token_ids(tokenizer, documents)
         sets = {"plugged": plugged, "documents": spans(document_ids), "corpus": corpus_spans}
         prompt_ids = tokenizer(row["prompt"]).input_ids
