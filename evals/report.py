@@ -219,7 +219,8 @@ def goals(results: dict, config, system: str = "dynamic") -> str:
     if system not in results or baseline not in results:
         return ""
     checks = _goal_checks(results[system], results[baseline], STEPS_TARGET[config.decoding])
-    rows = [f"- {goal}: **{'met' if met else 'missed'}**, {detail}" for goal, met, detail, _ in checks if met is not None]
+    rows = [f"- {goal}: **{'met' if met else 'missed'}**, {detail}" for goal, met, detail, _ in checks
+            if met is not None]
     return f"Goals for `{system}` against `{baseline}`:\n\n" + "\n".join(rows) + "\n"
 
 

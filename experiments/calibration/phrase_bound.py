@@ -130,7 +130,8 @@ def candidates(pipeline, documents: list[dict], extraction: str) -> list:
     stopwords = None if extraction in ("stopwords", "both") else ENGLISH_STOPWORDS
     found = extract_phrases(documents, pipeline.model.tokenizer, unit=c.unit, min_length=c.min_length,
                             max_length=c.max_length, max_phrases=c.max_phrases + c.max_phrases // 8 + 8, edges=c.edges,
-                            ranking=c.ranking, stopwords=stopwords, split_sentences=extraction not in ("sentences", "both"))
+                            ranking=c.ranking, stopwords=stopwords,
+                            split_sentences=extraction not in ("sentences", "both"))
     return [phrase for phrase, _ in tokenized_phrases(found, pipeline.model.tokenizer, table.max_phrase_tokens,
                                                       table.tokenize)][: c.max_phrases]
 

@@ -97,7 +97,8 @@ def test_retrieval_baselines_ablations_and_mauve_bounds(workspace):
     gains = {name: figures.get("mauve_gain") for name, figures in results["results"].items()}
     assert gains["dynamic"]["baseline"] == "bare" and 0 < gains["dynamic"]["p_value"] <= 1
     assert gains["dynamic"]["permutations"] == 8 and gains["bare-rag:docs=2"]["baseline"] == "bare"
-    assert gains["bare"] is None and gains["dynamic:readback=vector:no_repeat=3"] is None  # no bare LM with 3-gram guard
+    assert gains["bare"] is None
+    assert gains["dynamic:readback=vector:no_repeat=3"] is None  # no bare LM with a 3-gram guard in the run
     report = (out / "report.md").read_text()
     assert "human text of other documents" in report
     assert "| dynamic:edges=any:ranking=frequency | bare |" in report.split("Ablations against")[0]
@@ -182,6 +183,19 @@ def test_the_bounds_line_leaves_out_human_text_a_corpus_could_not_give():
     human = {"human": 94.44, "human_std": 0.78, "human_samples": 200, **floor}
     assert "human text of other documents 94.44 ± 0.78 (the same cut of 200 training-part" in bounds_line(human)
     assert bounds_line({}) == ""
+
+
+def test_a_system_is_matched_with_the_bare_lm_of_its_safeguards():
+    from evals.systems import matched_bare
+
+    names = ["bare", "bare:no_repeat=4", "bare:penalty=1.2", "dynamic", "dynamic:no_repeat=4:bias=2",
+             "dynamic:penalty=1.2"]
+    matched = [None, None, None, "bare", "bare:no_repeat=4", "bare:penalty=1.2"]
+    assert [matched_bare(name, names) for name in names] == matched
+    assert matched_bare("dynamic:no_repeat=3", names) is None  # no bare LM with a 3-gram guard in the run
+    # the protocol's defaults stand for a guard a system leaves out: under --no-repeat-ngram-size 4, plain names match
+    assert matched_bare("dynamic", ["bare", "bare:no_repeat=0"], no_repeat=4) == "bare"
+    assert matched_bare("dynamic:no_repeat=0", ["bare", "bare:no_repeat=0"], no_repeat=4) == "bare:no_repeat=0"
 
 
 def test_system_names_are_checked():
