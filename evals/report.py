@@ -226,17 +226,18 @@ def goals(results: dict, config, system: str = "dynamic") -> str:
 
 def goals_table(results: dict, config) -> str:
     """The same goals for every trained dynamic system of the run against its matched bare LM (if there are several)."""
-    systems = [s for s in results if parse_system(s).base == "dynamic" and baseline_of(s, config) in results]
-    if len(systems) < 2:
+    baselines = {s: baseline_of(s, config) for s in results if parse_system(s).base == "dynamic"}
+    baselines = {s: b for s, b in baselines.items() if b in results}
+    if len(baselines) < 2:
         return ""
     target = STEPS_TARGET[config.decoding]
-    checks = {s: _goal_checks(results[s], results[baseline_of(s, config)], target) for s in systems}
+    checks = {s: _goal_checks(results[s], results[b], target) for s, b in baselines.items()}
     names = [goal for goal, *_ in next(iter(checks.values()))]
     rows = ["The goals for every dynamic system against the bare LM with its safeguards:\n",
             "| system | against | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
     for s, lines in checks.items():
         cells = [short if met is None else f"{'met' if met else 'missed'}, {short}" for _, met, _, short in lines]
-        rows.append(f"| {s} | {baseline_of(s, config)} | " + " | ".join(cells) + " |")
+        rows.append(f"| {s} | {baselines[s]} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 

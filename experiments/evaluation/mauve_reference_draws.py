@@ -28,10 +28,12 @@ def main(argv: list[str] | None = None) -> dict:
     if args.draws < 1:
         parser.error(f"--draws {args.draws} must be at least 1")
 
+    from types import SimpleNamespace
+
     from dynvocab.loading import load_lm
-    from evals.mauve import causal_lm_features, mauve_score
+    from evals.mauve import mauve_score
     from evals.protocol import EvalConfig
-    from evals.report import other_references
+    from evals.report import featurize, other_references
 
     config = EvalConfig(**json.loads((args.run / "eval_config.json").read_text()))
     rows = [json.loads(line) for line in (args.run / "generations.jsonl").read_text().splitlines() if line.strip()]
@@ -39,10 +41,11 @@ def main(argv: list[str] | None = None) -> dict:
     ids = [row["id"] for row in rows if row["system"] == first]
     references = {row["id"]: row["reference"] for row in rows}
     lm, tokenizer = load_lm(config.model)
+    scorer = SimpleNamespace(lm=lm, tokenizer=tokenizer)  # what the report's featurizer reads of its generators
     n, seeds = len(ids), range(config.mauve_seeds)
 
     def features(texts: list[str]) -> np.ndarray:
-        return causal_lm_features(texts, lm, tokenizer).values
+        return featurize(texts, config, scorer).values  # the run's own featurizer
 
     reference = features([references[i] for i in ids])
     others = other_references(tokenizer, config, n * args.draws)
