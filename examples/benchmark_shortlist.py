@@ -53,6 +53,27 @@ def _sibling(name: str):
 _core = _sibling("benchmark_core")
 resident_gb, time_steps = _core.resident_gb, _core.time_steps
 
+#: #33's targets: the shortlist step against the step without phrases, by table size, and argmax agreement
+STEP_TARGETS = {100_000: 1.05, 1_000_000: 1.15}
+AGREEMENT_TARGET = 0.99
+
+
+def targets(results: dict) -> list[str]:
+    """#33's shortlist targets, met or missed and by how much, for the sizes the run measured."""
+    lines = []
+    probe = results["settings"]["probe"]
+    for size, target in STEP_TARGETS.items():
+        if f"steps_{size}" not in results:
+            continue
+        ratio = results[f"steps_{size}"]["shortlist"]["ratio"]
+        sweep = results[f"agreement_{size}"]  # keyed by k, by str(k) once read back from JSON
+        agree = sweep.get(probe, sweep.get(str(probe), {})).get("agree")
+        lines.append(f"|P| = {size}: shortlist step {ratio:.3f}x (target <= {target}: "
+                     f"{'met' if ratio <= target else f'missed by {ratio - target:.3f}'})"
+                     + ("" if agree is None else f"; argmax agreement at probe {probe} {agree:.4f} (target >= "
+                        f"{AGREEMENT_TARGET}: {'met' if agree >= AGREEMENT_TARGET else 'missed'})"))
+    return lines
+
 
 @torch.no_grad()
 def agreement(model, head: ShortlistHead, texts: list[str], probes: list[int], max_tokens: int) -> dict[int, dict]:
@@ -177,6 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
         del shortlist, head
     print(f"memory of the {max(sizes)}-phrase bf16 table: {json.dumps(results['memory_gb'])} GB "
           f"(vectors {results['vectors_gb']:.2f} GB)")
+    print("\n".join(targets(results)))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
@@ -208,6 +230,8 @@ def markdown(results: dict) -> str:
                   f"lookups and vectors {memory['table_and_vectors']:.2f} GB (the vectors alone {results['vectors_gb']:.2f} "
                   f"GB), head {memory['head']:.2f} GB; total {sum(memory.values()):.2f} GB. The phrase texts are the "
                   f"caller's list and not counted. Encoding (or loading the cached vectors) took {results['encode_s']:.0f} s."]
+    if measured := targets(results):
+        lines += ["", "#33's targets (the step ratio is the median of the paired rounds):", ""] + [f"- {t}" for t in measured]
     return "\n".join(lines) + "\n"
 
 

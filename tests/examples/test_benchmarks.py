@@ -43,6 +43,18 @@ def test_shortlist_benchmark(tiny_lm_dir, tmp_path, capsys):
     assert "| shortlist | 3000 |" in report and "whole-table k-means" in report
 
 
+def test_shortlist_benchmark_reports_33s_targets_met_or_missed():
+    benchmark = load("benchmark_shortlist")
+    results = {"settings": {"probe": 96},
+               "steps_100000": {"shortlist": {"ratio": 1.062}}, "agreement_100000": {"96": {"agree": 1.0}},
+               "steps_1000000": {"shortlist": {"ratio": 1.101}}, "agreement_1000000": {96: {"agree": 0.985}}}
+    small, large = benchmark.targets(results)
+    assert "1.062x (target <= 1.05: missed by 0.012)" in small and "1.0000 (target >= 0.99: met)" in small
+    assert "1.101x (target <= 1.15: met)" in large and "0.9850 (target >= 0.99: missed)" in large
+    del results["steps_1000000"]
+    assert len(benchmark.targets(results)) == 1
+
+
 @pytest.mark.slow
 def test_nar_experiment(tmp_path):
     report = load("nar_experiment").main(["--tiny", "--output", str(tmp_path / "out"), "--runs", str(tmp_path / "runs")])
