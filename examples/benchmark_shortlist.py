@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> dict:
         del shortlist, head
     print(f"memory of the {max(sizes)}-phrase bf16 table: {json.dumps(results['memory_gb'])} GB "
           f"(vectors {results['vectors_gb']:.2f} GB)")
-    print("\n".join(targets(results)))
+    for line in targets(results):
+        print(line)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
