@@ -124,6 +124,10 @@ class PhraseTable:
             raise KeyError(f"phrase {text!r} is not in the phrase table")
         return self.vocab_size + self._index[text]
 
+    def spell(self, ids) -> list[int]:
+        """Mixed ids (tokens below ``vocab_size``, phrases from it on) as the LM token ids they spell."""
+        return [t for i in ids for t in (self.token_ids[i - self.vocab_size] if i >= self.vocab_size else (i,))]
+
     def index_of_ids(self, token_ids: tuple[int, ...]) -> int | None:
         """Table index of the (not removed) phrase with exactly these token ids, or None."""
         index = self._by_ids.get(token_ids)

@@ -1,45 +1,59 @@
-"""Verified decoding: an emitted phrase is read back as its tokens and kept only as far as the LM agrees.
+"""Verified and grounded decoding: whatever a phrase or a draft proposes is kept only as far as the LM agrees.
 
-The forward call that reads a phrase's ``k`` tokens back gives the LM's own scores at
-every one of them for free. ``generate_verified`` accepts the longest prefix whose every
-token after the first is among the LM's ``accept_top_k`` tokens at its position (a
-relaxed acceptance rule like NEST's, Li et al. 2024: ``accept_top_k=1`` keeps only what
-greedy decoding of the bare LM would write), drops the rest from the KV cache
-(``DynamicCache.crop``) and goes on from the last kept token. Whatever was kept, the step
-counts as one. A kept prefix that is itself a phrase of the row's set is emitted as that
-phrase; otherwise its tokens are. The LM's scores at each read-back position pass through
-``logits_processor`` first, so the safeguards (``no_repeat_ngram_size``, ...) judge a
-phrase's tokens as they judge the bare LM's, and ``accept_top_k=1`` stays lossless under them.
+The forward call that reads ``k`` proposed tokens back gives the LM's own scores at every one of them for free.
+``generate_verified`` keeps the longest prefix the LM vouches for, drops the rest from the KV cache
+(``DynamicCache.crop``) and goes on from the last kept token; whatever was kept, the step counts as one. The LM's
+scores at each read-back position pass through ``logits_processor`` first, so the safeguards
+(``no_repeat_ngram_size``, ...) judge a proposed token as they judge the LM's own.
 
-``draft`` (e.g. ``dynvocab.drafting.DocumentDrafter.draft``) proposes tokens to follow a
-chosen token: they are read back in the same forward call and kept the same way, so a step
-that writes a token may write several (speculative decoding with drafts from documents).
+Two rules decide what is kept:
 
-It decodes one prompt at a time, like speculative decoding in ``transformers``.
+- ``accept_top_k`` (the paper's model decides): the model picks a token or a phrase among all of them; a phrase's
+  tokens after the first are kept while each is among the LM's top-k there.
+- ``gamma`` (grounded: the LM decides): the LM's token distribution picks every token. The best phrase of the row and
+  the drafts are proposals; a proposed token is kept while its probability is at least ``gamma`` times the best
+  token's there (NEST's relaxed verification, Li et al. 2024). ``gamma=1`` keeps only the LM's own greedy tokens:
+  the text is exactly the LM's, in fewer steps. Sampled, a proposed token is kept with the LM's probability of it and
+  a refused one is left out of the next draw (speculative sampling, Leviathan et al. 2023, with a one-token draft
+  distribution), so the text keeps the LM's own distribution exactly whatever ``gamma`` is.
+
+``context`` ``(1, C)`` is read by the LM before the prompt (the retrieved documents of grounded decoding); the
+processors, the drafts' text and the output see the prompt and what follows only, so the n-gram guard judges the
+continuation and leaves copying from the documents alone.
+
+``draft`` (e.g. ``dynvocab.drafting.DocumentDrafter.draft``) proposes tokens to follow the text so far. It decodes
+one prompt at a time, like speculative decoding in ``transformers``.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-__all__ = ["VerifiedOutput", "draft_step_cost", "forward_seconds", "generate_verified"]
+__all__ = ["VerifiedOutput", "accept_relaxed", "accept_sampled", "draft_step_cost", "forward_seconds",
+           "generate_verified"]
 
 
 @dataclass
 class VerifiedOutput:
-    """``sequences`` ``(1, L + n)`` mixed ids (prompt first); ``steps`` decoding steps; ``cut`` phrases and drafts
-    cut short."""
+    """``sequences`` ``(1, L + n)`` mixed ids (prompt first, ``context`` not included); ``steps`` decoding steps (LM
+    calls after the prompt's); ``cut`` proposals cut short; ``kept_spans`` the length of each proposal's kept part
+    beyond the LM's own chosen token (tokens copied, one entry per step that kept any)."""
 
     sequences: torch.LongTensor
     steps: int
     cut: int
+    kept_spans: list[int] = field(default_factory=list)
+
+    @property
+    def copied_tokens(self) -> int:
+        return sum(self.kept_spans)
 
 
 def _choose(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessorList, ids: torch.Tensor) -> int:
@@ -50,6 +64,21 @@ def _choose(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessorList,
     return int(torch.multinomial(probs, 1))
 
 
+def accept_relaxed(probs: torch.Tensor, token: int, gamma: float) -> bool:
+    """Whether ``token`` is kept where the LM's distribution is ``probs`` ``(V,)``: its probability is at least
+    ``gamma`` times the best token's; ``gamma >= 1`` keeps the LM's own greedy token only."""
+    if gamma >= 1:
+        return token == int(probs.argmax())
+    return bool(probs[token] >= gamma * probs.max())
+
+
+def accept_sampled(probs: torch.Tensor, token: int) -> bool:
+    """Speculative sampling's test for a proposal that was certain to be drafted: keep ``token`` with probability
+    ``probs[token]`` (``probs`` ``(V,)`` the LM's warped distribution there); when refused, the next token is drawn
+    from ``probs`` without it, renormalised, which together keeps the LM's distribution exactly."""
+    return bool(torch.rand(()) < probs[token])
+
+
 @torch.no_grad()
 def generate_verified(
     model,
@@ -57,6 +86,8 @@ def generate_verified(
     max_new_tokens: int,
     *,
     accept_top_k: int = 3,
+    gamma: float | None = None,
+    context: torch.LongTensor | None = None,
     do_sample: bool = False,
     top_p: float = 1.0,
     temperature: float = 1.0,
@@ -67,21 +98,30 @@ def generate_verified(
     draft: Callable[[list[int]], list[int]] | None = None,
     on_step: Callable[[list[int]], bool] | None = None,
 ) -> VerifiedOutput:
-    """Decode ``max_new_tokens`` steps from ``input_ids`` ``(1, L)`` (token ids) with verified phrases.
+    """Decode ``max_new_tokens`` steps from ``input_ids`` ``(1, L)`` (token ids) with verified phrases and drafts.
 
-    ``model`` is a ``DynamicVocabLM``; ``row`` picks one row's phrase set after per-row
-    ``set_phrases`` (default: every phrase). ``logits_processor`` sees the mixed ids and
-    the ``(1, V + P)`` scores of each step, like ``generate``'s. ``draft`` maps the text so far as token ids
-    (prompt included, the chosen token last) to the tokens proposed after it. ``on_step`` hears the mixed ids each
-    step kept (a phrase, a token, or a token and its kept draft), as they are written; returning True ends decoding
-    there (a server's stop string, cancellation or token limit).
+    ``model`` is a ``DynamicVocabLM`` or, with ``gamma``, any causal LM (its drafts alone are proposed); ``row`` picks
+    one row's phrase set after per-row ``set_phrases`` (default: every phrase). ``gamma`` in (0, 1] switches to
+    grounded acceptance (module docstring); ``context`` ``(1, C)`` token ids are read before the prompt.
+    ``logits_processor`` sees the mixed ids and the ``(1, V + P)`` scores of each step, like ``generate``'s. ``draft``
+    maps the text so far as token ids (prompt included) to the tokens proposed after it. ``on_step`` hears the mixed
+    ids each step kept (a phrase, a token, or a token and its kept draft), as they are written; returning True ends
+    decoding there (a server's stop string, cancellation or token limit).
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"generate_verified decodes one prompt: input_ids must be (1, L), got {tuple(input_ids.shape)}")
     if not isinstance(accept_top_k, int) or accept_top_k < 1:
         raise ValueError(f"accept_top_k must be a positive int, got {accept_top_k!r}")
-    vocab, table = model.vocab_size, model.phrase_table
-    masks = model.phrase_table.row_masks()
+    if gamma is not None and not 0.0 < gamma <= 1.0:
+        raise ValueError(f"gamma={gamma!r} must be in (0, 1] (1: the LM's own text), or None for the top-k rule")
+    if context is not None and (context.dim() != 2 or context.shape[0] != 1):
+        raise ValueError(f"context must be (1, C) token ids read before the prompt, got {tuple(context.shape)}")
+    table = getattr(model, "phrase_table", None)
+    if table is None and gamma is None:
+        raise ValueError(f"{type(model).__name__} has no phrase table: pass gamma (grounded decoding proposes drafts "
+                         "to any causal LM), or wrap it in DynamicVocabLM")
+    vocab = model.vocab_size if table is not None else model.get_output_embeddings().out_features
+    masks = table.row_masks() if table is not None else None
     mask = None if row is None or masks is None else masks[row : row + 1].to(model.device)
     processors = logits_processor or LogitsProcessorList()
     warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature), TopPLogitsWarper(top_p)] if do_sample else [])
@@ -89,35 +129,132 @@ def generate_verified(
     eos = model.generation_config.eos_token_id if eos_token_id is None else eos_token_id
     ends = set(eos) if isinstance(eos, list) else set() if eos is None else {eos}
     ids = input_ids.to(model.device)
-    text = _spelled(ids[0].tolist(), table, vocab)  # the text so far as token ids, for ``draft``
+    text = table.spell(ids[0].tolist()) if table is not None else ids[0].tolist()  # token ids, for ``draft``
+    read = ids if context is None else torch.cat([context.to(ids.device), ids], dim=1)
     cache = DynamicCache()
-    logits = model(ids, past_key_values=cache, use_cache=True, phrase_mask=mask, logits_to_keep=1).logits[:, -1]
+    logits = _forward(model, read, cache, mask, last_only=True)[:, -1]
     steps = cut = 0
+    kept_spans: list[int] = []
+    refused: int | None = None  # a sampled proposal the LM refused: left out of the next draw
     while steps < max_new_tokens:
         scores = processors(ids, logits.float())
-        chosen = _choose(scores[0], do_sample, warpers, ids)
-        tokens = list(table.token_ids[chosen - vocab]) if chosen >= vocab else [chosen]
-        chosen_length = len(tokens)
-        if draft is not None and chosen < vocab and chosen not in ends:
-            tokens += draft(text + tokens)
-        out = model(torch.tensor([tokens], device=ids.device), past_key_values=cache, use_cache=True, phrase_mask=mask)
-        kept = _accepted(out.logits[0].float(), tokens, accept_top_k, processors, ids, vocab)
+        if gamma is None:
+            chosen = _choose(scores[0], do_sample, warpers, ids)
+            tokens = list(table.token_ids[chosen - vocab]) if chosen >= vocab else [chosen]
+            first = len(tokens)  # the tokens the model chose itself (a phrase's after its first are verified too)
+            own = int(chosen < vocab)  # of them, the LM's own token
+            if draft is not None and chosen < vocab and chosen not in ends:
+                tokens += draft(text + tokens)
+        else:
+            probs = _token_probs(scores[0, :vocab], do_sample, warpers, ids, refused)
+            tokens, own, phrase = _grounded_proposal(probs, scores[0, vocab:], table, text, draft, gamma, do_sample, ends)
+            chosen, first = (tokens[0] if phrase is None else vocab + phrase), 1
+        out = _forward(model, torch.tensor([tokens], device=ids.device), cache, mask)
+        rows = _processed_rows(out[0].float(), tokens, processors, ids)
+        if gamma is None:
+            kept = 1 + _count_agreeing(rows, tokens, lambda row, token: token in row[:vocab].topk(
+                min(accept_top_k, vocab)).indices.tolist())
+        else:
+            kept, refused = _grounded_kept(rows, tokens, vocab, gamma, do_sample, warpers, ids)
         kept = next((j + 1 for j, t in enumerate(tokens[:kept]) if t in ends), kept)  # nothing after an end of text
-        if kept > chosen_length and _stops(stopping, ids, tokens[:kept], scores):  # nor drafted tokens past the stop
-            kept = next(j for j in range(chosen_length, kept + 1) if _stops(stopping, ids, tokens[:j], scores))
+        if kept > first and _stops(stopping, ids, tokens[:kept], scores):  # nor proposed tokens past the stop
+            kept = next(j for j in range(first, kept + 1) if _stops(stopping, ids, tokens[:j], scores))
         if kept < len(tokens):
             cache.crop(kept - len(tokens))  # transformers 5: a negative count removes that many slots
             cut += 1
+        if kept > own:
+            kept_spans.append(kept - own)
         whole = chosen if chosen >= vocab and kept == len(tokens) else None
-        written = _as_ids(tokens[:kept], whole, table, vocab, mask)
+        written = _as_ids(tokens[:kept], whole, table, vocab, mask) if table is not None else tokens[:kept]
         ids = torch.cat([ids, torch.tensor([written], device=ids.device)], dim=1)
         text += tokens[:kept]
-        logits = out.logits[:, kept - 1]
+        logits = out[:, kept - 1]
         steps += 1
         heard_enough = on_step is not None and on_step(written)
         if heard_enough or tokens[kept - 1] in ends or _stops(stopping, ids, [], scores):
             break
-    return VerifiedOutput(ids, steps, cut)
+    return VerifiedOutput(ids, steps, cut, kept_spans)
+
+
+def _forward(model, ids: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None,
+             last_only: bool = False) -> torch.Tensor:
+    """The model's scores ``(1, n, V [+ P])`` after each of ``ids`` ``(1, n)``, appending to ``cache``."""
+    kwargs = {"logits_to_keep": 1} if last_only else {}
+    if mask is not None:
+        kwargs["phrase_mask"] = mask
+    return model(ids, past_key_values=cache, use_cache=True, **kwargs).logits
+
+
+def _token_probs(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessorList, ids: torch.Tensor,
+                 refused: int | None) -> torch.Tensor:
+    """The LM's distribution ``(V,)`` over tokens from processed ``scores``: warped when sampling, without the
+    token a speculative test just refused (its residual)."""
+    if do_sample:
+        scores = warpers(ids, scores[None].clone())[0]
+    if refused is not None:
+        scores = scores.clone()
+        scores[refused] = float("-inf")
+    return torch.softmax(scores, dim=-1)
+
+
+def _grounded_proposal(probs: torch.Tensor, phrase_scores: torch.Tensor, table, text: list[int],
+                       draft: Callable[[list[int]], list[int]] | None, gamma: float, do_sample: bool,
+                       ends: set[int]) -> tuple[list[int], int, int | None]:
+    """The tokens to read back this step, how many of them the LM chose itself (1 or 0), and the phrase they are.
+
+    A proposal whose first token the LM vouches for here (``accept_relaxed``; sampled: the token drawn) is read back
+    whole: the draft that continues the text, else the row's best phrase. Otherwise the LM's own token (the best, or
+    drawn from ``probs``) comes first, followed by the draft after it.
+    """
+    own = int(torch.multinomial(probs, 1)) if do_sample else int(probs.argmax())
+    vouched = (lambda token: token == own) if do_sample else (lambda token: accept_relaxed(probs, token, gamma))
+    proposed = draft(text) if draft is not None else []
+    if proposed and vouched(proposed[0]) and proposed[0] not in ends:
+        return proposed, 0, None
+    if phrase_scores.numel() and bool(torch.isfinite(phrase_scores).any()):
+        best = int(phrase_scores.argmax())
+        phrase = list(table.token_ids[best])
+        if vouched(phrase[0]) and phrase[0] not in ends:
+            return phrase, 0, best
+    return [own] + (draft(text + [own]) if draft is not None and own not in ends else []), 1, None
+
+
+def _processed_rows(logits: torch.Tensor, tokens: list[int], processors: LogitsProcessorList,
+                    ids: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The processed scores ``(V [+ P],)`` after each of ``tokens`` but the last, read lazily: ``logits``
+    ``(k, V [+ P])`` row ``j`` is the model's after ``tokens[j]``; the processors see ``ids`` and the tokens up to it."""
+    for j in range(1, len(tokens)):
+        if not processors:
+            yield logits[j - 1]
+            continue
+        seen = torch.cat([ids, torch.tensor([tokens[:j]], device=ids.device)], dim=1)
+        yield processors(seen, logits[j - 1 : j].clone())[0]  # processors may write in place
+
+
+def _count_agreeing(rows: Iterator[torch.Tensor], tokens: list[int],
+                    agrees: Callable[[torch.Tensor, int], bool]) -> int:
+    """How many of ``tokens`` after the first the LM agrees with in a row (``rows`` as ``_processed_rows`` gives)."""
+    for j, row in enumerate(rows, start=1):
+        if not agrees(row, tokens[j]):
+            return j - 1
+    return len(tokens) - 1
+
+
+def _grounded_kept(rows: Iterator[torch.Tensor], tokens: list[int], vocab: int, gamma: float, do_sample: bool,
+                   warpers: LogitsProcessorList, ids: torch.Tensor) -> tuple[int, int | None]:
+    """How many of ``tokens`` (the first always) the grounded rule keeps, and the sampled token it refused (or None)."""
+    refused = None
+
+    def agrees(row: torch.Tensor, token: int) -> bool:
+        nonlocal refused
+        if not do_sample:
+            return accept_relaxed(torch.softmax(row[:vocab], dim=-1), token, gamma)
+        if accept_sampled(_token_probs(row[:vocab], True, warpers, ids, None), token):
+            return True
+        refused = token
+        return False
+
+    return 1 + _count_agreeing(rows, tokens, agrees), refused
 
 
 @torch.no_grad()
@@ -161,32 +298,6 @@ def _stops(stopping: StoppingCriteriaList, ids: torch.Tensor, tokens: list[int],
     if not len(stopping):
         return False
     return bool(stopping(torch.cat([ids, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], 1), scores).all())
-
-
-def _spelled(ids: list[int], table, vocab: int) -> list[int]:
-    """Mixed ids as the token ids they spell."""
-    return [t for i in ids for t in (table.token_ids[i - vocab] if i >= vocab else (i,))]
-
-
-def _accepted(lm_logits: torch.Tensor, tokens: list[int], top_k: int, processors: LogitsProcessorList | None = None,
-              ids: torch.Tensor | None = None, vocab: int | None = None) -> int:
-    """How many of ``tokens`` the LM accepts: the first always, then each while it is in the LM's top-k there.
-
-    ``lm_logits`` ``(k, V [+ P])``: row ``j`` is the LM's scores after ``tokens[j]``, its first ``vocab`` columns
-    (default: all) the tokens'. With ``processors`` each row is judged as they leave it, seeing ``ids`` ``(1, L)`` and
-    the tokens up to it, one position at a time and only up to the first token refused.
-    """
-    vocab = vocab or lm_logits.shape[-1]
-    if not processors:
-        best = lm_logits[:-1, :vocab].topk(min(top_k, vocab), dim=-1).indices  # (k - 1, top_k)
-        agrees = (best == torch.tensor(tokens[1:], device=best.device)[:, None]).any(-1).tolist()
-        return 1 + next((j for j, ok in enumerate(agrees) if not ok), len(agrees))
-    for j in range(1, len(tokens)):
-        seen = torch.cat([ids, torch.tensor([tokens[:j]], device=ids.device)], dim=1)
-        scores = processors(seen, lm_logits[j - 1 : j].clone())  # processors may write in place
-        if tokens[j] not in scores[0, :vocab].topk(min(top_k, vocab)).indices.tolist():
-            return j
-    return len(tokens)
 
 
 def _as_ids(tokens: list[int], whole: int | None, table, vocab: int, mask: torch.Tensor | None) -> list[int]:

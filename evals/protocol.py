@@ -24,14 +24,16 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+from transformers import LogitsProcessorList
 
 from dynvocab.assets import DEFAULT_RETRIEVER, ENCODER_HELP
 from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
 from dynvocab.jsonl import iter_jsonl
 from dynvocab.loading import SHIPPED_ENCODER, SHIPPED_MWT, freeze_loaded_objects
+from dynvocab.repetition import PhraseNoRepeatNGram
 
 from .latency import STAGES, StageTimer
-from .systems import BASES, OPTIONS, TRAINED, SystemSpec, parse_system
+from .systems import BASES, GROUNDED, OPTIONS, TRAINED, SystemSpec, parse_system
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +95,14 @@ class EvalConfig:
     rag_documents: int = field(default=3, metadata={"help": "bare-rag systems: retrieved documents put in the context."})
     rag_document_tokens: int = field(default=192, metadata={"help": "bare-rag systems: tokens kept of each document."})
     lookup_tokens: int = field(default=10, metadata={"help": "bare-rag-lookup: prompt_lookup_num_tokens."})
+    gamma: float | None = field(default=None, metadata={
+        "help": "Grounded systems: keep a proposed token while its probability is at least gamma times the LM's best "
+                "(None: the pipeline's default; :gamma= sets it per system)."})
+    relax_above: float | None = field(default=None, metadata={
+        "help": "Grounded systems: relax to gamma only when the top document scores this (None: the pipeline's "
+                "default; :relax= per system; a negative value: always)."})
+    cite_tokens: int = field(default=4, metadata={"help": "Cite a continuation's span of at least n tokens found in "
+                                                          "the documents in its context (systems that read them)."})
     mauve_featurizer: str = field(default="lm", metadata={"help": "'lm' (the scorer LM's last-token state), 'minilm' or 'gpt2-large'."})
     mauve_seeds: int = field(default=3, metadata={"help": "MAUVE runs with different k-means seeds."})
     mauve_permutations: int = field(default=100, metadata={
@@ -127,10 +137,13 @@ class EvalConfig:
 
     def _resolve_decoding_defaults(self) -> None:
         """A ``None`` among the decoding-dependent settings becomes the pipeline's default, so results record values."""
-        from retrieval.pipeline import decoding_settings
+        from retrieval.pipeline import GROUNDED_GAMMA, GROUNDED_RELAX_ABOVE, decoding_settings
 
         for name, value in decoding_settings(self.decoding == "nucleus", self).items():
             setattr(self, name, value)
+        self.gamma = GROUNDED_GAMMA if self.gamma is None else self.gamma
+        if self.relax_above is None:
+            self.relax_above = -1.0 if GROUNDED_RELAX_ABOVE is None else GROUNDED_RELAX_ABOVE
 
     @property
     def system_names(self) -> list[str]:
@@ -262,6 +275,7 @@ class Generators:
             "bare-rag-lookup": {"model": c.model, **budget, **retrieval, "batch_size": 1},
             "dynamic-untrained": {"phrase_encoder": "untrained (the LM's first layer)", **retrieval, **budget},
             "dynamic-no-phrases": {**budget},
+            "grounded-suffix": {"model": c.model, "phrase_encoder": None, **retrieval, **budget},
             "mwt": {"checkpoint": _shown(mwt), **budget, **_multiword_summary(mwt)},
         }
         chosen = {}
@@ -270,13 +284,15 @@ class Generators:
             if spec.base in TRAINED:
                 checkpoint = self.checkpoint(spec)
                 train = checkpoint / "train_config.json"
-                found = retrieval if spec.base == "dynamic" else {}
+                found = retrieval if spec.base in ("dynamic", "grounded") else {}
                 every[spec.base] = {"checkpoint": _shown(checkpoint), **found, **budget,
                                     "training": _training_summary(json.loads(train.read_text())) if train.exists() else None}
             settings = every[spec.base] | {"what": BASES[spec.base]}
             if spec.base.startswith("dynamic"):
                 settings |= self._pipeline_config(spec).__dict__ | {"readback": spec.get("readback", c.readback),
                                                                     "encode_dtype": spec.get("encode", c.encode_dtype)}
+            elif spec.base in GROUNDED:
+                settings |= self._grounded_config(spec).__dict__
             else:
                 settings |= self.sampling(spec)
             if spec.base.startswith("bare-rag"):
@@ -292,7 +308,7 @@ class Generators:
 
         c, spec = self.config, spec or parse_system("bare")
         return PipelineConfig(
-            do_sample=c.decoding == "nucleus", top_p=c.top_p, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
+            grounded=False, do_sample=c.decoding == "nucleus", top_p=c.top_p, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=0, phrase_max_uses=0,
             first_token_mass=False, phrase_bias=0.0,  # no phrase guard: these systems have no phrases
         ).generation_kwargs()
@@ -310,6 +326,8 @@ class Generators:
             return self._bare(spec, items)
         if spec.base == "mwt":
             return self._multiword(spec, items)
+        if spec.base in GROUNDED:
+            return self._grounded(spec, items)
         return self._dynamic(spec, items)
 
     def _bare(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
@@ -317,17 +335,23 @@ class Generators:
         from dynvocab.generation import generate_continuations
         from dynvocab.padding import pad_id
 
+        from retrieval.pipeline import in_context_ids
+
         timer = StageTimer()
         prompts = [item["prompt"] for item in items]
+        found = [[] for _ in items]
+        kwargs = {"max_new_tokens": 2 * self.config.continuation_tokens, "decode": self.tokenizer.decode, **self.sampling(spec)}
         if spec.base.startswith("bare-rag"):
             with timer.stage("retrieve"):
                 found = self.index.search_documents(prompts, k=spec.get("docs", self.config.rag_documents))
-            with timer.stage("extract"):
-                prompts = [self._in_context(documents, prompt) for documents, prompt in zip(found, prompts)]
+            if kwargs.get("no_repeat_ngram_size"):  # the guard judges the continuation, never the documents it reads
+                kwargs["logits_processor"] = LogitsProcessorList(
+                    [PhraseNoRepeatNGram(kwargs.pop("no_repeat_ngram_size"), self.lm.config.vocab_size, [], "new")])
         budgets = [len(item["reference"]) for item in items]
-        kwargs = {"max_new_tokens": 2 * self.config.continuation_tokens, "decode": self.tokenizer.decode, **self.sampling(spec)}
         with timer.stage("decode"):
-            encoded = self.tokenizer(prompts)["input_ids"]
+            encoded = [in_context_ids(self.tokenizer, documents, self.config.rag_document_tokens)
+                       + self.tokenizer(prompt, add_special_tokens=not documents)["input_ids"]
+                       for documents, prompt in zip(found, prompts)]
             if spec.base == "bare-rag-lookup":  # transformers' prompt lookup decodes one prompt at a time
                 kwargs["prompt_lookup_num_tokens"] = spec.get("lookup", self.config.lookup_tokens)
                 new = [generate_continuations(self.lm, [ids], pad_id(self.tokenizer), max_chars=[budget], **kwargs)[0]
@@ -337,15 +361,22 @@ class Generators:
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in new]
         latency = {stage: seconds / len(items) for stage, seconds in timer.totals().items()}
         latency = dict.fromkeys(STAGES, 0.0) | latency
-        return [{"text": text, "steps": len(ids), "phrase_steps": 0, "phrases": 0, "latency": latency}
-                for text, ids in zip(texts, new)]
+        return [{"text": text, "steps": len(ids), "phrase_steps": 0, "phrases": 0, "latency": latency,
+                 **self._cited(ids, documents)} for text, ids, documents in zip(texts, new, found)]
 
-    def _in_context(self, documents: list[dict], prompt: str) -> str:
-        """The retrieved documents (each cut to ``rag_document_tokens`` tokens), a blank line, then the prompt."""
-        cut = self.config.rag_document_tokens
-        texts = [self.tokenizer.decode(self.tokenizer(d["text"], add_special_tokens=False)["input_ids"][:cut])
-                 for d in documents]
-        return "\n\n".join(texts + [prompt])
+    def _cited(self, ids: list[int], documents: list[dict], copied: int = 0) -> dict:
+        """What a continuation (LM token ids) copied and cites from the documents in its context (none: {})."""
+        from dynvocab.citations import cite, cited_share
+
+        if not documents:
+            return {}
+        special = set(self.tokenizer.all_special_ids)
+        tokens = [t for t in ids if t not in special]
+        citations = cite(tokens, [d["text"] for d in documents], self.tokenizer, self.config.cite_tokens)
+        return {"copied_tokens": copied, "tokens": len(tokens), "citations": len(citations),
+                "cited_share": cited_share(citations, self.tokenizer.decode(tokens)),
+                "cited_verbatim": all(d["text"][c.document_start :].startswith(c.text)
+                                      for c in citations for d in [documents[c.document]])}
 
     def _multiword(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
         """The MWT baseline under the reference's character budget."""
@@ -369,7 +400,7 @@ class Generators:
         c = self.config
         max_phrases = 0 if spec.base == "dynamic-no-phrases" else spec.max_phrases or c.max_phrases
         return PipelineConfig(
-            top_k=c.top_k_docs, max_phrases=max_phrases, max_new_tokens=2 * c.continuation_tokens,
+            grounded=False, top_k=c.top_k_docs, max_phrases=max_phrases, max_new_tokens=2 * c.continuation_tokens,
             do_sample=c.decoding == "nucleus", top_p=c.top_p, edges=spec.get("edges", c.edges),
             ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
@@ -380,6 +411,41 @@ class Generators:
             first_token_mass=bool(spec.get("mass", c.first_token_mass)),
             phrase_bias=float(spec.get("bias", c.phrase_bias)),
         )  # its generation_kwargs() are what sampling() gives the other systems
+
+    def _grounded_config(self, spec: SystemSpec):
+        from retrieval.pipeline import PipelineConfig
+
+        c = self.config
+        relax = spec.get("relax", c.relax_above)
+        return PipelineConfig(
+            grounded=True, top_k=c.top_k_docs, max_phrases=0 if spec.base == "grounded-suffix" else spec.max_phrases or c.max_phrases,
+            max_new_tokens=2 * c.continuation_tokens, do_sample=c.decoding == "nucleus", top_p=c.top_p,
+            edges=c.edges, ranking=c.ranking, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
+            repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=c.agreement_top_k,
+            phrase_max_uses=c.phrase_max_uses, first_token_mass=False, phrase_bias=float(c.phrase_bias),
+            gamma=spec.get("gamma", c.gamma), relax_above=None if relax < 0 else relax,
+            read_documents=spec.get("docs", c.rag_documents), read_tokens=c.rag_document_tokens,
+            draft_tokens=spec.get("draft", None), cite_tokens=c.cite_tokens,
+        )
+
+    def _grounded(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
+        """Grounded decoding through the pipeline, one prompt at a time; cited and copied shares from its result."""
+        from retrieval.pipeline import PhrasePipeline
+
+        model = self.trained(spec) if spec.base == "grounded" else self.untrained
+        model.set_phrases([])
+        model.dynvocab_config.readback = spec.get("readback", self.config.readback)
+        pipeline = PhrasePipeline(model, self.index, self._grounded_config(spec))
+        results = pipeline.batch([item["prompt"] for item in items], max_chars=[len(item["reference"]) for item in items])
+        records = []
+        for r in results:
+            tokens = self.tokenizer(r.text, add_special_tokens=False).input_ids
+            records.append({"text": r.text, "steps": r.steps, "phrase_steps": r.phrase_steps, "phrases": r.num_phrases,
+                            "latency": r.latency, "copied_tokens": r.copied_tokens, "tokens": len(tokens),
+                            "citations": len(r.citations), "cited_share": r.cited_share,
+                            "cited_verbatim": all(r.documents[c.document]["text"][c.document_start :].startswith(c.text)
+                                                  for c in r.citations)})
+        return records
 
     def _dynamic(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
         from retrieval.pipeline import PhrasePipeline
@@ -479,11 +545,12 @@ GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index",
                        "continuation_tokens", "decoding", "top_p", "top_k_docs", "max_phrases", "seed", "batch_size",
                        "readback", "encode_dtype", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses",
                        "verify_top_k", "draft_tokens", "first_token_mass", "context_tokens", "skip_prompts",
-                       "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens")
+                       "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens",
+                       "gamma", "relax_above", "cite_tokens")
 
 #: how runs that predate a setting generated: the encoder ran in float32, and phrases took mass from any token
 SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False, "context_tokens": 0, "skip_prompts": 0,
-                              "draft_tokens": 0}
+                              "draft_tokens": 0, "gamma": 1.0, "relax_above": -1.0, "cite_tokens": 4}
 
 
 def check_resumable(config: EvalConfig) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .closeness import ROUGE_TYPES, paired_bootstrap, rouge_scores
 from .compression import compression
 from .latency import STAGES, summarize
 from .mauve import causal_lm_features, gpt2_large_features, mauve_score, minilm_features, paired_mauve_gain
@@ -64,6 +65,33 @@ def quality_figures(records: list[dict], config, generators, reference_features,
     }
 
 
+def closeness_figures(records: list[dict]) -> dict:
+    """Mean ROUGE-1/2/L ×100 against the references, and each prompt's (``per_prompt``, for paired intervals)."""
+    scores = rouge_scores([r["text"] for r in records], [r["reference"] for r in records])
+    return {**{kind: float(np.mean(values)) for kind, values in scores.items()}, "per_prompt": scores}
+
+
+def _merged(a: dict, b: dict) -> dict:
+    """``a | b`` with their ``per_prompt`` figures together."""
+    return a | b | {"per_prompt": a.get("per_prompt", {}) | b.get("per_prompt", {})}
+
+
+def grounding_figures(records: list[dict], timed: list[dict]) -> dict:
+    """What a system that reads documents copied and cites, and every system's seconds per character end to end
+    (retrieval, phrase encoding and the documents' prefill included) over its timed prompts."""
+    figures = {}
+    if timed:
+        seconds = [sum(r["latency"].values()) for r in timed]
+        figures["ms_per_char"] = 1000 * sum(seconds) / max(1, sum(len(r["text"]) for r in timed))
+        figures["per_prompt"] = {"ms_per_char": [1000 * t / max(1, len(r["text"])) for t, r in zip(seconds, timed)]}
+    cited = [r for r in records if "cited_share" in r]
+    if cited:
+        figures |= {"cited_share": float(np.mean([r["cited_share"] for r in cited])),
+                    "cited_verbatim": all(r["cited_verbatim"] for r in cited),
+                    "copied_share": sum(r["copied_tokens"] for r in cited) / max(1, sum(r["tokens"] for r in cited))}
+    return figures
+
+
 def scorer_settings(config) -> dict:
     """What the quality figures depend on besides the texts: the scorer LM, the featurizer and the seeds."""
     return {"model": config.model, "featurizer": config.mauve_featurizer, "mauve_seeds": config.mauve_seeds}
@@ -93,7 +121,8 @@ def score_all(records: list[dict], timed: list[dict], config, generators) -> dic
             lambda: quality_figures(rows, config, generators, reference_features, lambda: features(system)),
         )
         results[system] = {**quality, "characters": float(np.mean([len(r["text"]) for r in rows])),
-                           **latency_figures([r for r in timed if r["system"] == system])}
+                           **latency_figures([r for r in timed if r["system"] == system]),
+                           **_merged(closeness_figures(rows), grounding_figures(rows, [r for r in timed if r["system"] == system]))}
     for system in ordered if config.mauve_permutations else ():
         baseline = baseline_of(system, config)
         if baseline is not None:
@@ -330,6 +359,96 @@ def plot_phrase_counts(results: dict, path: Path) -> bool:
     return True
 
 
+#: grounded decoding's targets: (what, against, figure, bound, kind); kind "delta" bounds the paired interval's low
+#: end, "ratio" the figure's ratio to the baseline's, "share" the figure itself
+GROUNDED_TARGETS = {
+    "wikipedia": [
+        ("ROUGE-L at least bare-rag's", "bare-rag", "rougeL", -0.5, "delta"),
+        ("ROUGE-L above bare's", "bare", "rougeL", 0.0, "delta"),
+        ("perplexity at most 1.1x bare-rag's", "bare-rag", "perplexity", 1.1, "ratio"),
+        ("Diversity at least bare-rag's", "bare-rag", "diversity", 0.0, "gain"),
+        ("time per character at most 0.75x bare-rag-lookup's", "bare-rag-lookup", "ms_per_char", 0.75, "ratio"),
+        ("time per character at most 0.8x bare's", "bare", "ms_per_char", 0.8, "ratio"),
+        ("at least 25% of characters cited", None, "cited_share", 0.25, "share"),
+    ],
+    "licenses": [
+        ("ROUGE-2 above bare-rag's", "bare-rag", "rouge2", 0.0, "delta"),
+        ("Diversity at least bare-rag's", "bare-rag", "diversity", 0.0, "gain"),
+        ("time per character at most 0.6x bare-rag-lookup's", "bare-rag-lookup", "ms_per_char", 0.6, "ratio"),
+        ("at least 50% of characters cited", None, "cited_share", 0.5, "share"),
+    ],
+}
+
+
+def closeness_table(results: dict, config) -> str:
+    """ROUGE against the author's continuation, copied and cited shares and time per character for every system,
+    with paired bootstrap intervals of each system's ROUGE over the bare LM's and bare-rag's (same safeguards)."""
+    rows = ["Closeness to what the author wrote next (ROUGE F ×100, Porter stemming), with the mean paired "
+            "difference and its 95% bootstrap interval over prompts; copied: tokens kept from drafts and phrases; "
+            "cited: non-space characters in spans of at least "
+            f"{config.cite_tokens} tokens found verbatim in the documents in the system's context; time per "
+            "character end to end over the timed prompts.\n",
+            "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-L − bare | ROUGE-2 − bare-rag | ROUGE-L − bare-rag "
+            "| copied | cited | ms/char |", "|---" * 10 + "|"]
+    for system, m in results.items():
+        cells = [f"{m[kind]:.2f}" for kind in ROUGE_TYPES]
+        for kind, base in (("rougeL", "bare"), ("rouge2", "bare-rag"), ("rougeL", "bare-rag")):
+            against = _matched(system, base, results, config)
+            cells.append("-" if against in (None, system) else _difference(results, system, against, kind).cell())
+        cells += [f"{100 * m['copied_share']:.0f}%" if "copied_share" in m else "-",
+                  f"{100 * m['cited_share']:.0f}%" if "cited_share" in m else "-",
+                  f"{m['ms_per_char']:.2f}" if "ms_per_char" in m else "-"]
+        rows.append(f"| {system} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def grounded_goals(results: dict, config) -> str:
+    """Each grounded system's targets (``GROUNDED_TARGETS`` of the run's corpus), met or missed, against the bare
+    systems with its safeguards."""
+    lines = []
+    for system in (s for s in results if parse_system(s).base.startswith("grounded")):
+        rows = []
+        for goal, base, figure, bound, kind in GROUNDED_TARGETS.get(config.data, []):
+            against = _matched(system, base, results, config) if base else None
+            if base and against is None:
+                rows.append(f"- {goal}: not measured (no `{base}` with the same safeguards in the run)")
+                continue
+            m = results[system]
+            if figure not in m or (against and figure not in results[against]):
+                rows.append(f"- {goal}: not measured")
+                continue
+            if kind == "delta":
+                d = _difference(results, system, against, figure)
+                met, detail = d.low > bound, f"{d.cell()} against `{against}`"
+            elif kind == "ratio":
+                ratio = m[figure] / results[against][figure]
+                met, detail = ratio <= bound, f"{m[figure]:.2f} against {results[against][figure]:.2f} ({ratio:.2f}x `{against}`)"
+            elif kind == "gain":
+                gain = m[figure] - results[against][figure]
+                met, detail = gain >= bound, f"{m[figure]:.2f} against {results[against][figure]:.2f} ({gain:+.2f}, `{against}`)"
+            else:
+                met, detail = m[figure] >= bound, f"{100 * m[figure]:.1f}%" + (
+                    "" if m.get("cited_verbatim", True) else "; some cited span is not verbatim in its document")
+            rows.append(f"- {goal}: **{'met' if met else 'missed'}**, {detail}")
+        lines.append(f"Targets for `{system}`:\n\n" + "\n".join(rows) + "\n")
+    return "\n".join(lines)
+
+
+def _matched(system: str, base: str, results: dict, config) -> str | None:
+    """The system of ``base`` in the run with ``system``'s safeguards (no other setting), or None."""
+    def guards(name: str) -> tuple:
+        spec = parse_system(name)
+        return spec.get("no_repeat", config.no_repeat_ngram_size), spec.get("penalty", config.repetition_penalty)
+
+    return next((name for name in results if parse_system(name).base == base
+                 and set(parse_system(name).options) <= {"no_repeat", "penalty"} and guards(name) == guards(system)),
+                None)
+
+
+def _difference(results: dict, system: str, against: str, figure: str):
+    return paired_bootstrap(results[system]["per_prompt"][figure], results[against]["per_prompt"][figure])
+
+
 def bounds_line(bounds: dict) -> str:
     if not bounds:
         return ""
@@ -369,6 +488,8 @@ def write_report(results: dict, config, command: str, systems: dict | None = Non
         f"Software: Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}; machine: {env['machine']}.\n\n"
         + bounds_line(bounds or {})
         + markdown_table(results)
+        + "\n" + closeness_table(results, config)
+        + "\n" + grounded_goals(results, config)
         + "\n" + goals(results, config)
         + "\n" + goals_table(results, config)
         + "\n" + ablation_table(results)

@@ -17,7 +17,10 @@ BASES = {
     "bare": "the LM alone, KV cache on",
     "bare-rag": "the LM with the top retrieved documents in its context (in-context retrieval augmentation)",
     "bare-rag-lookup": "bare-rag decoded with transformers' prompt-lookup decoding (lossless, batch 1)",
-    "dynamic": "the trained phrase encoder, phrases from the top retrieved documents",
+    "dynamic": "the trained phrase encoder, phrases from the top retrieved documents (the paper's mode)",
+    "grounded": "grounded decoding: the LM reads the top documents and writes every token; the trained encoder's "
+                "phrases and drafts from the documents propose, kept while the LM vouches for them (gamma)",
+    "grounded-suffix": "grounded decoding with no phrase encoder: drafts from the documents and the text only",
     "dynamic-untrained": "the same with an untrained phrase encoder",
     "dynamic-no-phrases": "the dynamic-vocabulary model with an empty phrase set",
     "mwt": "an MWT-style static multi-word vocabulary (Gee et al., 2024)",
@@ -25,8 +28,12 @@ BASES = {
 
 #: setting -> (type, allowed values or None, which bases take it)
 _DYNAMIC = ("dynamic", "dynamic-untrained")
+#: bases that decode grounded in documents the LM reads
+GROUNDED = ("grounded", "grounded-suffix")
+#: bases that put the top retrieved documents in the LM's context
+READING = ("bare-rag", "bare-rag-lookup", *GROUNDED)
 #: bases that run a trained checkpoint (a LoRA or fully fine-tuned one brings its own LM)
-TRAINED = ("dynamic", "dynamic-no-phrases")
+TRAINED = ("dynamic", "dynamic-no-phrases", "grounded")
 _ALL = tuple(BASES)
 OPTIONS = {
     "readback": (str, ("tokens", "vector"), _DYNAMIC),
@@ -39,13 +46,15 @@ OPTIONS = {
     "context": (int, None, _DYNAMIC),
     "state": (float, None, _DYNAMIC),
     "verify": (int, None, _DYNAMIC),
-    "draft": (int, None, _DYNAMIC),
+    "draft": (int, None, (*_DYNAMIC, *GROUNDED)),
+    "gamma": (float, None, GROUNDED),
+    "relax": (float, None, GROUNDED),
     "draft_cost": (float, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
     "checkpoint": (str, None, TRAINED),
     "no_repeat": (int, None, _ALL),
     "penalty": (float, None, _ALL),
-    "docs": (int, None, ("bare-rag", "bare-rag-lookup")),
+    "docs": (int, None, READING),
     "lookup": (int, None, ("bare-rag-lookup",)),
 }
 

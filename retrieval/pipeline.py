@@ -12,6 +12,7 @@ import torch
 from transformers import StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase, Segment
+from dynvocab.citations import Citation, cite, cited_share
 from dynvocab.config import check_at_least, check_field_types
 from dynvocab.drafting import DocumentDrafter
 from dynvocab.generation import generate_continuations
@@ -19,7 +20,7 @@ from dynvocab.padding import pad_id
 from dynvocab.state_keys import StateKeys, row_state_keys
 from dynvocab.state_store import DocumentStates
 from dynvocab.stopping import CharacterBudget
-from dynvocab.verification import draft_step_cost, generate_verified
+from dynvocab.verification import VerifiedOutput, draft_step_cost, generate_verified
 
 from .document_states import attach_document_states, document_token_ids
 from .index.dense import DocumentIndex
@@ -39,6 +40,12 @@ _DOCUMENT_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: sampled text keeps the LM's own next-token distribution and lets phrases carry on what it starts, with the
 #: phrase bias chosen for the shipped encoder on development leads (results/nucleus-dev/; greedy's stays 0 for
 #: the reason in results/wikipedia-greedy-bias2/).
+#: grounded decoding's defaults, chosen on development prompts (docs/grounded.md): the relaxation, the retrieval
+#: score above which it applies, and the draft length
+GROUNDED_GAMMA = 1.0
+GROUNDED_RELAX_ABOVE: float | None = None
+GROUNDED_DRAFT_TOKENS = 8
+
 DECODING_DEFAULTS = {
     "greedy": {"agreement_top_k": 3, "first_token_mass": False, "phrase_bias": 0.0},
     "sampling": {"agreement_top_k": 0, "first_token_mass": True, "phrase_bias": 1.5},
@@ -57,6 +64,25 @@ class PipelineConfig:
     """Settings of one retrieval-augmented generation request."""
 
     top_k: int = field(default=32, metadata={"help": "Documents retrieved per prompt (the paper uses 32)."})
+    grounded: bool = field(
+        default=True,
+        metadata={"help": "Grounded decoding: the LM reads the top documents and writes every token; phrases and drafts "
+                          "only propose, kept while the LM vouches for them (gamma), and copied spans cite their "
+                          "document. Off (--no_grounded): the paper's mode, where the phrase head decides."},
+    )
+    gamma: float = field(
+        default=GROUNDED_GAMMA,
+        metadata={"help": "Grounded decoding: keep a proposed token while its probability is at least gamma times the "
+                          "LM's best (1: exactly the LM's text given the documents; chosen on development prompts)."},
+    )
+    relax_above: float | None = field(
+        default=GROUNDED_RELAX_ABOVE,
+        metadata={"help": "Grounded decoding: relax to gamma only when the top document's retrieval score reaches "
+                          "this; below it gamma is 1 (None: always relax)."},
+    )
+    read_documents: int = field(default=2, metadata={"help": "Grounded decoding: top documents put in the LM's context."})
+    read_tokens: int = field(default=384, metadata={"help": "Grounded decoding: tokens the LM reads of each of them."})
+    cite_tokens: int = field(default=4, metadata={"help": "Grounded decoding: cite a copied span of at least n tokens."})
     unit: str = field(default="tokens", metadata={"help": "Phrase unit: 'tokens' (2-8 LM tokens) or 'words'."})
     min_length: int = field(default=2, metadata={"help": "Shortest phrase, in units."})
     max_length: int = field(default=8, metadata={"help": "Longest phrase, in units."})
@@ -96,10 +122,11 @@ class PipelineConfig:
         metadata={"help": "Verified decoding: keep an emitted phrase only while each token is in the LM's top-k there "
                           "(one prompt at a time; 0: off)."},
     )
-    draft_tokens: int = field(
-        default=0,
-        metadata={"help": "Verified decoding: after a token, draft up to n tokens that followed the text's last tokens "
-                          "in a retrieved document or earlier in the text (dynvocab.drafting; 0: off)."},
+    draft_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Grounded or verified decoding: draft up to n tokens that followed the text's last tokens "
+                          "in a retrieved document or earlier in the text (dynvocab.drafting; 0: off; None: 8 grounded, "
+                          "0 otherwise)."},
     )
     draft_step_cost: float | None = field(
         default=None,
@@ -119,7 +146,15 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        check_at_least(self, 1, ("top_k", "max_new_tokens", "realtime_every", "min_length"))
+        check_at_least(self, 1, ("top_k", "max_new_tokens", "realtime_every", "min_length", "cite_tokens"))
+        check_at_least(self, 0, ("read_documents", "read_tokens"))
+        if self.draft_tokens is None:
+            self.draft_tokens = GROUNDED_DRAFT_TOKENS if self.grounded else 0
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma={self.gamma} must be in (0, 1] (1: the LM's own text given the documents)")
+        if self.grounded and (self.verify_top_k or self.realtime):
+            raise ValueError("grounded decoding verifies every proposal with the LM and decodes one prompt as it goes; "
+                             "pass grounded=False for verify_top_k or real-time phrases (the paper's modes)")
         if self.max_phrases < 0:
             raise ValueError(f"PipelineConfig.max_phrases={self.max_phrases} must be >= 0 (0: no phrases, the bare LM)")
         if self.min_length > self.max_length:
@@ -149,9 +184,10 @@ class PipelineConfig:
         if self.state_threshold is not None and self.realtime:
             raise ValueError("state_threshold gates a phrase set chosen up front; real-time mode adds phrases while it "
                              "decodes: pass one of them")
-        if self.draft_tokens and not self.verify_top_k:
-            raise ValueError(f"draft_tokens={self.draft_tokens} needs verified decoding: pass verify_top_k=1 (a draft "
-                             "is kept as far as the LM's own greedy text agrees) or more, or draft_tokens=0")
+        if self.draft_tokens and not (self.verify_top_k or self.grounded):
+            raise ValueError(f"draft_tokens={self.draft_tokens} needs verified decoding: pass grounded=True (the "
+                             "default), verify_top_k=1 (a draft is kept as far as the LM's own greedy text agrees) or "
+                             "more, or draft_tokens=0")
 
     def generation_kwargs(self) -> dict[str, Any]:
         # pure nucleus sampling: top_k=0 lifts the default top-50 cut of the generation config
@@ -190,13 +226,27 @@ class PipelineResult:
     num_phrases: int
     steps: int
     latency: dict[str, float]
+    citations: list[Citation] = field(default_factory=list)
+    copied_tokens: int = 0
 
     @property
     def phrase_steps(self) -> int:
         return sum(s.is_phrase for s in self.segments)
 
+    @property
+    def cited_share(self) -> float:
+        """The share of the continuation's non-space characters in cited spans."""
+        return cited_share(self.citations, self.text)
+
     def marked(self, open_mark: str = "[", close_mark: str = "]") -> str:
-        """The continuation with phrase spans marked and numbered by their source document."""
+        """The continuation with cited spans (grounded decoding) or else phrase spans marked and numbered by their
+        source document."""
+        if self.citations:
+            parts, last = [], 0
+            for c in self.citations:
+                parts += [self.text[last : c.start], f"{open_mark}{c.text}{close_mark}^{c.document + 1}"]
+                last = c.end
+            return "".join(parts + [self.text[last:]])
         sources = list(dict.fromkeys(s.source for s in self.segments if s.is_phrase and s.source))
         parts = [
             f"{open_mark}{s.text}{close_mark}" + (f"^{sources.index(s.source) + 1}" if s.source in sources else "")
@@ -208,7 +258,18 @@ class PipelineResult:
     def to_dict(self) -> dict:
         result = asdict(self)
         result["documents"] = [{k: d[k] for k in ("id", "title", "score") if k in d} for d in self.documents]
+        result["cited_share"] = self.cited_share
         return result
+
+
+def in_context_ids(tokenizer, documents: list[dict], read_tokens: int) -> list[int]:
+    """``documents``' texts, each cut to ``read_tokens`` tokens, joined by blank lines and followed by one, as the token
+    ids an LM reads before a prompt (tokenized without special tokens after these); [] for no documents."""
+    if not documents or not read_tokens:
+        return []
+    cut = [tokenizer.decode(ids[:read_tokens])
+           for ids in tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids]
+    return tokenizer("\n\n".join(cut) + "\n\n").input_ids
 
 
 def check_prompts(prompts: Sequence[str]) -> None:
@@ -306,7 +367,8 @@ class PhrasePipeline:
         with timer.stage("extract"):
             phrases = [self.candidates(found) for found in documents]
             contexts = [self.phrase_contexts(found, row) for found, row in zip(documents, phrases)]
-            drafters = [self.drafter(found) for found in documents] if c.draft_tokens else None
+            drafters = [self.drafter(self.read(found) if c.grounded else found) for found in documents] \
+                if c.draft_tokens else None
         gate = {"phrase_contexts": contexts} if c.context_tokens else {}
         with timer.stage("encode"):
             model.set_phrases(phrases if len(prompts) > 1 else phrases[0], mid_sentence_forms=False)
@@ -314,8 +376,13 @@ class PhrasePipeline:
         if keys is not None:
             gate["phrase_state_keys"] = keys
         budgets = max_chars if max_chars is not None else [c.max_chars] * len(prompts) if c.max_chars else None
+        copied = [0] * len(prompts)
         with timer.stage("decode"):
-            if c.verify_top_k:
+            if c.grounded:
+                outputs = self._generate_grounded(prompts, documents, budgets, contexts, drafters, keys)
+                new = [out.sequences[0, length:].tolist() for out, length in outputs]
+                steps, copied = [out.steps for out, _ in outputs], [out.copied_tokens for out, _ in outputs]
+            elif c.verify_top_k:
                 new, steps = self._generate_verified(prompts, budgets, contexts, drafters, keys)
             else:
                 new = generate_continuations(
@@ -325,7 +392,34 @@ class PhrasePipeline:
                 steps = [len(ids) for ids in new]
         shares = {stage: seconds / len(prompts) for stage, seconds in timer.totals().items()}
         rows = zip(prompts, new, documents, map(len, phrases), steps)
-        return [self._result(*fields, shares, row=i if len(prompts) > 1 else None) for i, fields in enumerate(rows)]
+        results = [self._result(*fields, shares, row=i if len(prompts) > 1 else None) for i, fields in enumerate(rows)]
+        if c.grounded:
+            for result, ids, count in zip(results, new, copied):
+                result.citations, result.copied_tokens = self.citations(result, ids), count
+        return results
+
+    def read(self, documents: list[dict]) -> list[dict]:
+        """The documents the LM reads in grounded decoding: the top ``config.read_documents``."""
+        return documents[: self.config.read_documents]
+
+    def context_ids(self, documents: list[dict]) -> list[int]:
+        """What the LM reads before the prompt: ``read(documents)``, each cut to ``config.read_tokens`` tokens, joined
+        and followed by blank lines, as token ids ([] when there is nothing to read)."""
+        return in_context_ids(self.model.tokenizer, self.read(documents), self.config.read_tokens)
+
+    def citations(self, result: PipelineResult, new: list[int]) -> list[Citation]:
+        """The spans of ``result``'s continuation (its new mixed ids ``new``) that stand in the documents the LM read."""
+        model = self.model
+        tokens = [t for t in model.phrase_table.spell(new) if t not in model.tokenizer.all_special_ids]
+        return cite(tokens, [d["text"] for d in self.read(result.documents)], model.tokenizer, self.config.cite_tokens)
+
+    def gamma(self, documents: list[dict]) -> float:
+        """The relaxation for one prompt: ``config.gamma`` when its top document scores at least
+        ``config.relax_above`` (or always, when that is None), else 1."""
+        c = self.config
+        if c.relax_above is None or (documents and documents[0].get("score", float("-inf")) >= c.relax_above):
+            return c.gamma
+        return 1.0
 
     def drafter(self, documents: list[dict]) -> DocumentDrafter:
         """Drafts of ``config.draft_tokens`` tokens from ``documents`` and the text so far, for one prompt."""
@@ -363,6 +457,30 @@ class PhrasePipeline:
             new.append(out.sequences[0, ids.shape[1] :].tolist())
             steps.append(out.steps)
         return new, steps
+
+    def _generate_grounded(self, prompts: list[str], documents: list[list[dict]], budgets: Sequence[int] | None,
+                           contexts: list[dict | None], drafters: list[DocumentDrafter] | None,
+                           keys: StateKeys | None = None) -> list[tuple[VerifiedOutput, int]]:
+        """Each prompt by ``generate_verified`` with its documents in the LM's context and the grounded rule: the
+        output and the prompt's length in it."""
+        c, model = self.config, self.model
+        # the n-gram guard judges what this call writes: the continuation may copy the documents, never repeat itself
+        kwargs, outputs = c.generation_kwargs() | {"no_repeat_ngram_scope": "new"}, []
+        for row, (prompt, found) in enumerate(zip(prompts, documents)):
+            gate = {"phrase_contexts": contexts[row]} if contexts[row] is not None else {}
+            context = self.context_ids(found)
+            ids = model.tokenizer(prompt, add_special_tokens=not context, return_tensors="pt").input_ids
+            budget = budgets[row] if budgets is not None else None
+            with model.state_gate(keys.for_row(row) if keys is not None else None):
+                out = generate_verified(
+                    model, ids, c.max_new_tokens, gamma=self.gamma(found),
+                    context=torch.tensor([context], device=model.device) if context else None, do_sample=c.do_sample,
+                    top_p=c.top_p, temperature=c.temperature, logits_processor=model.phrase_processors_in(kwargs | gate),
+                    row=row if len(prompts) > 1 else None, stopping_criteria=character_budget(model, ids.shape[1], budget),
+                    draft=drafters[row].draft if drafters else None,
+                )
+            outputs.append((out, ids.shape[1]))
+        return outputs
 
     def _timer(self) -> StageTimer:
         """Stage timing; on a GPU queued kernels are waited for, so each stage is charged its own work."""

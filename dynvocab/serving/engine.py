@@ -143,7 +143,7 @@ class Engine:
     def _settings(self, request: CompletionRequest) -> PipelineConfig:
         chosen = {name: getattr(request, name) for name in PIPELINE_SETTINGS if getattr(request, name) is not None}
         try:
-            return PipelineConfig(max_new_tokens=request.max_tokens, do_sample=not request.greedy,
+            return PipelineConfig(grounded=False, max_new_tokens=request.max_tokens, do_sample=not request.greedy,
                                   temperature=request.temperature or 1.0, top_p=request.top_p, **chosen)
         except (TypeError, ValueError) as error:
             raise ApiError(400, f"the phrase settings are refused: {error}", code="invalid_phrase_settings") from None

@@ -18,9 +18,9 @@ def test_optional_fields_still_take_none_after_the_parser():
     from retrieval.pipeline import PipelineConfig  # the `generate` command's config
 
     HfArgumentParser(PipelineConfig)  # rewrites ``max_chars: int | None`` to ``int``
-    assert PipelineConfig(max_chars=None).max_chars is None
+    assert PipelineConfig(grounded=False, max_chars=None).max_chars is None
     with pytest.raises(TypeError, match="max_chars must be int or None"):
-        PipelineConfig(max_chars="64")
+        PipelineConfig(grounded=False, max_chars="64")
 
 
 @pytest.mark.parametrize("value", [0, -3])

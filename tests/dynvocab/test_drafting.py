@@ -116,13 +116,13 @@ def test_nothing_is_kept_after_an_end_of_text(model, llama, tokenizer):
 def test_a_pipeline_drafts_only_under_verified_decoding():
     from retrieval.pipeline import PipelineConfig
 
-    with pytest.raises(ValueError, match="needs verified decoding: pass verify_top_k=1"):
-        PipelineConfig(draft_tokens=8)
+    with pytest.raises(ValueError, match="needs verified decoding: pass grounded=True"):
+        PipelineConfig(grounded=False, draft_tokens=8)
     with pytest.raises(ValueError, match="must be >= 0"):
-        PipelineConfig(draft_tokens=-1, verify_top_k=1)
+        PipelineConfig(grounded=False, draft_tokens=-1, verify_top_k=1)
     with pytest.raises(ValueError, match="draft_step_cost=-1.0 must be >= 0"):
-        PipelineConfig(draft_tokens=8, verify_top_k=1, draft_step_cost=-1.0)
-    assert PipelineConfig(draft_tokens=8, verify_top_k=1).draft_tokens == 8
+        PipelineConfig(grounded=False, draft_tokens=8, verify_top_k=1, draft_step_cost=-1.0)
+    assert PipelineConfig(grounded=False, draft_tokens=8, verify_top_k=1).draft_tokens == 8
 
 
 @pytest.mark.parametrize("step_cost", [0.0, 0.6])

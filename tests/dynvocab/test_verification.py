@@ -6,7 +6,7 @@ from transformers import LogitsProcessorList
 
 from dynvocab import DynamicVocabLM
 from dynvocab.agreement import PhraseAgreement
-from dynvocab.verification import _accepted, generate_verified
+from dynvocab.verification import _count_agreeing, _processed_rows, generate_verified
 from tests.helpers import PhrasesAlwaysWin
 
 
@@ -68,9 +68,14 @@ def test_a_kept_prefix_is_emitted_as_a_phrase_of_the_row_or_as_tokens(model):
 def test_accepted_prefix_rule():
     logits = torch.full((4, 10), -1.0)
     logits[0, 5], logits[1, 6], logits[2, 1] = 3.0, 3.0, 3.0  # after t0 the LM wants 5, after t1 wants 6, after t2 wants 1
-    assert _accepted(logits, [9, 5, 6, 7], 1) == 3
-    assert _accepted(logits, [9, 4, 6, 7], 1) == 1
-    assert _accepted(logits, [9, 5, 6, 1], 1) == 4
+
+    def kept(tokens):
+        rows = _processed_rows(logits, tokens, LogitsProcessorList(), torch.tensor([[0]]))
+        return 1 + _count_agreeing(rows, tokens, lambda row, token: token == int(row.argmax()))
+
+    assert kept([9, 5, 6, 7]) == 3
+    assert kept([9, 4, 6, 7]) == 1
+    assert kept([9, 5, 6, 1]) == 4
 
 
 def test_bad_arguments_are_refused(model, tokenizer):

@@ -105,6 +105,35 @@ def test_retrieval_baselines_ablations_and_mauve_bounds(workspace):
     assert "| dynamic:readback=vector:no_repeat=3 |" in report.split("Ablations against")[1]
 
 
+def test_grounded_systems_are_scored_for_closeness_citations_and_time_against_the_reading_baselines(workspace):
+    out = workspace / "out-grounded"
+    systems = "bare,bare-rag,bare-rag-lookup,grounded:gamma=1,grounded,grounded-suffix:gamma=0.2"
+    main(eval_args(workspace) + ["--systems", systems, "--rag-documents", "2", "--latency-prompts", "2",
+                                 "--mauve-permutations", "0", "--output-dir", str(out)])
+    results = json.loads((out / "results.json").read_text())
+    figures = results["results"]
+    assert results["systems"]["grounded-suffix:gamma=0.2"]["gamma"] == 0.2
+    assert results["systems"]["grounded-suffix:gamma=0.2"]["max_phrases"] == 0
+    assert results["systems"]["grounded"]["read_documents"] == 2
+    records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    texts = {(r["system"], r["id"]): r["text"] for r in records}
+    # gamma = 1 is the LM reading the same documents: bare-rag's text, prompt for prompt
+    assert all(texts[("grounded:gamma=1", i)] == texts[("bare-rag", i)] for (_, i) in texts)
+    for system in systems.split(","):
+        m = figures[system]
+        assert all(0 <= m[kind] <= 100 for kind in ("rouge1", "rouge2", "rougeL"))
+        assert len(m["per_prompt"]["rougeL"]) == 12 and m["ms_per_char"] > 0
+        assert ("cited_share" in m) == (system != "bare")
+    assert figures["grounded:gamma=1"]["rougeL"] == figures["bare-rag"]["rougeL"]
+    assert all(0 <= figures[s]["copied_share"] <= 1 for s in systems.split(",") if s != "bare")
+    assert all(r["cited_verbatim"] for r in records if "cited_verbatim" in r)
+    report = (out / "report.md").read_text()
+    assert "| grounded:gamma=1 | " in report.split("Closeness to what the author wrote next")[1]
+    assert "+0.00 [+0.00, +0.00]" in report  # grounded:gamma=1 against bare-rag
+    assert "Targets for `grounded`:" in report and "ROUGE-L at least bare-rag's: **" in report
+    assert "time per character at most 0.75x bare-rag-lookup's: **" in report
+
+
 def test_each_dynamic_system_may_name_its_own_checkpoint(workspace, tiny_lm_dir, _gpt2_tokenizer):
     from evals.protocol import EvalConfig, Generators
     from evals.systems import parse_system
@@ -132,7 +161,7 @@ def test_each_dynamic_system_may_name_its_own_checkpoint(workspace, tiny_lm_dir,
     assert Generators(EvalConfig(systems=no_phrases, **base)).settings()[no_phrases]["checkpoint"] == str(other)
     with pytest.raises(FileNotFoundError, match="no phrase-encoder checkpoint at .*missing"):
         Generators(EvalConfig(systems=f"dynamic-no-phrases:checkpoint={workspace / 'missing'}", **base))
-    with pytest.raises(ValueError, match="checkpoint applies to dynamic, dynamic-no-phrases only"):
+    with pytest.raises(ValueError, match="checkpoint applies to dynamic, dynamic-no-phrases, grounded only"):
         parse_system("bare:checkpoint=x")
 
 

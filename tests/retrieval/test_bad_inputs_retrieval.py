@@ -67,15 +67,15 @@ CASES = [
     ("extract documents without text", lambda i, t: extract_phrases([{"id": "x"}], word_tokenizer()), TypeError,
      "str 'text' field"),
     ("extract tokens without a tokenizer", lambda i, t: extract_phrases(DOCS, None), ValueError, "pass tokenizer="),
-    ("PipelineConfig top_k 0", lambda i, t: PipelineConfig(top_k=0), ValueError, "top_k=0"),
-    ("PipelineConfig top_p a string", lambda i, t: PipelineConfig(top_p="0.9"), TypeError, "must be float"),
-    ("PipelineConfig an unknown edge rule", lambda i, t: PipelineConfig(edges="middle"), ValueError, "'content' or 'any'"),
-    ("PipelineConfig temperature 0", lambda i, t: PipelineConfig(temperature=0.0), ValueError, "temperature"),
-    ("PipelineConfig max_chars 0", lambda i, t: PipelineConfig(max_chars=0), ValueError, "max_chars"),
-    ("PipelineConfig min > max length", lambda i, t: PipelineConfig(min_length=5, max_length=2), ValueError,
+    ("PipelineConfig top_k 0", lambda i, t: PipelineConfig(grounded=False, top_k=0), ValueError, "top_k=0"),
+    ("PipelineConfig top_p a string", lambda i, t: PipelineConfig(grounded=False, top_p="0.9"), TypeError, "must be float"),
+    ("PipelineConfig an unknown edge rule", lambda i, t: PipelineConfig(grounded=False, edges="middle"), ValueError, "'content' or 'any'"),
+    ("PipelineConfig temperature 0", lambda i, t: PipelineConfig(grounded=False, temperature=0.0), ValueError, "temperature"),
+    ("PipelineConfig max_chars 0", lambda i, t: PipelineConfig(grounded=False, max_chars=0), ValueError, "max_chars"),
+    ("PipelineConfig min > max length", lambda i, t: PipelineConfig(grounded=False, min_length=5, max_length=2), ValueError,
      "min_length <= max_length"),
-    ("PipelineConfig negative max_phrases", lambda i, t: PipelineConfig(max_phrases=-1), ValueError, ">= 0"),
-    ("PipelineConfig realtime_fraction 0", lambda i, t: PipelineConfig(realtime_fraction=0.0), ValueError, "(0, 1]"),
+    ("PipelineConfig negative max_phrases", lambda i, t: PipelineConfig(grounded=False, max_phrases=-1), ValueError, ">= 0"),
+    ("PipelineConfig realtime_fraction 0", lambda i, t: PipelineConfig(grounded=False, realtime_fraction=0.0), ValueError, "(0, 1]"),
 ]
 
 

@@ -35,7 +35,7 @@ def test_the_pipelines_keys_are_read_from_the_store_and_equal_the_lms(llama, tok
     store = build_document_states(DocumentStates(model.lm, max_bytes=0), tokenizer, index, dtype="float32",
                                   shard_documents=2)
     assert store.directory == states_path(index.directory) and len(store) == len(MORE)
-    config = PipelineConfig(top_k=2, max_new_tokens=3, agreement_top_k=0, state_threshold=-1.0)
+    config = PipelineConfig(grounded=False, top_k=2, max_new_tokens=3, agreement_top_k=0, state_threshold=-1.0)
     pipeline = PhrasePipeline(model, index, config)
     documents = index.search_documents(PROMPTS, k=2)
     phrases = [pipeline.candidates(found) for found in documents]

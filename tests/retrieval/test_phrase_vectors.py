@@ -45,7 +45,7 @@ def test_keys_tell_phrases_apart_by_ids_and_length():
 def test_stored_vectors_are_the_ones_encoding_makes_and_a_request_encodes_none(base_model, tokenizer, index_dir):
     model = model_of(base_model, tokenizer)
     index = DocumentIndex.load(index_dir, encoder=WordHashEncoder())
-    config = PipelineConfig(top_k=2, max_new_tokens=4, agreement_top_k=0)
+    config = PipelineConfig(grounded=False, top_k=2, max_new_tokens=4, agreement_top_k=0)
     store = build_phrase_vectors(model, index, config, shard_documents=2)
     assert finished_shards(store_path(index_dir)) == [0, 1, 2] and len(store) > 20
     pipeline = PhrasePipeline(model, index, config)
@@ -60,7 +60,7 @@ def test_stored_vectors_are_the_ones_encoding_makes_and_a_request_encodes_none(b
 
 def test_a_key_collision_is_a_miss_not_a_wrong_vector(base_model, tokenizer, index_dir):
     model = model_of(base_model, tokenizer)
-    store = build_phrase_vectors(model, DocumentIndex.load(index_dir, encoder=WordHashEncoder()), PipelineConfig())
+    store = build_phrase_vectors(model, DocumentIndex.load(index_dir, encoder=WordHashEncoder()), PipelineConfig(grounded=False))
     ids = [tuple(store._flat[store._offsets[g] : store._offsets[g + 1]].tolist()) for g in (0, 1)]
     assert store.lookup(ids)[0] == [0, 1]
     store._flat[store._offsets[1]] += 1  # phrase 1's stored ids now differ from the ids its key was made of
@@ -70,7 +70,7 @@ def test_a_key_collision_is_a_miss_not_a_wrong_vector(base_model, tokenizer, ind
 
 def test_a_phrase_the_store_lacks_is_encoded(base_model, tokenizer, index_dir):
     model = model_of(base_model, tokenizer)
-    build_phrase_vectors(model, DocumentIndex.load(index_dir, encoder=WordHashEncoder()), PipelineConfig())
+    build_phrase_vectors(model, DocumentIndex.load(index_dir, encoder=WordHashEncoder()), PipelineConfig(grounded=False))
     model.use_phrase_store(store_path(index_dir))
     calls = count_encoded(model)
     model.set_phrases([" Tiber river", " a phrase no document holds"], mid_sentence_forms=False)
@@ -80,17 +80,17 @@ def test_a_phrase_the_store_lacks_is_encoded(base_model, tokenizer, index_dir):
 def test_a_resumed_build_equals_an_uninterrupted_one(base_model, tokenizer, index_dir, tmp_path, monkeypatch):
     model = model_of(base_model, tokenizer)
     index = DocumentIndex.load(index_dir, encoder=WordHashEncoder())
-    whole = build_phrase_vectors(model, index, PipelineConfig(), directory=tmp_path / "whole", shard_documents=2)
+    whole = build_phrase_vectors(model, index, PipelineConfig(grounded=False), directory=tmp_path / "whole", shard_documents=2)
     import retrieval.phrase_vectors as builder
 
     write = builder.write_shard
     monkeypatch.setattr(builder, "write_shard", killed_after(2, write))
     with pytest.raises(KeyboardInterrupt):
-        build_phrase_vectors(model, index, PipelineConfig(), directory=tmp_path / "resumed", shard_documents=2)
+        build_phrase_vectors(model, index, PipelineConfig(grounded=False), directory=tmp_path / "resumed", shard_documents=2)
     assert finished_shards(tmp_path / "resumed") == [0, 1]
     monkeypatch.setattr(builder, "write_shard", write)
     calls = count_encoded(model)
-    resumed = build_phrase_vectors(model, index, PipelineConfig(), directory=tmp_path / "resumed", shard_documents=2)
+    resumed = build_phrase_vectors(model, index, PipelineConfig(grounded=False), directory=tmp_path / "resumed", shard_documents=2)
     assert len(calls) == 1  # only the missing shard was encoded
     for number in range(3):
         for name in ("token_ids.npy", "offsets.npy", "vectors.npy"):
@@ -101,7 +101,7 @@ def test_a_resumed_build_equals_an_uninterrupted_one(base_model, tokenizer, inde
 def test_a_store_of_another_encoder_is_refused_and_not_read(base_model, tokenizer, index_dir, caplog):
     model = model_of(base_model, tokenizer)
     index = DocumentIndex.load(index_dir, encoder=WordHashEncoder())
-    build_phrase_vectors(model, index, PipelineConfig())
+    build_phrase_vectors(model, index, PipelineConfig(grounded=False))
     other = model_of(base_model, tokenizer)
     with torch.no_grad():
         next(other.phrase_encoder.head.parameters()).add_(0.1)
@@ -110,15 +110,15 @@ def test_a_store_of_another_encoder_is_refused_and_not_read(base_model, tokenize
     caplog.set_level("INFO", logger="retrieval.phrase_vectors")
     assert attach_phrase_vectors(other, index) is None and "encodes its phrases" in caplog.text
     with pytest.raises(ValueError, match="another build.*fingerprint.*--overwrite"):
-        build_phrase_vectors(other, index, PipelineConfig())
-    rebuilt = build_phrase_vectors(other, index, PipelineConfig(), overwrite=True)
+        build_phrase_vectors(other, index, PipelineConfig(grounded=False))
+    rebuilt = build_phrase_vectors(other, index, PipelineConfig(grounded=False), overwrite=True)
     other.use_phrase_store(rebuilt)
     assert other.phrase_store is rebuilt
 
 
 def test_the_store_is_not_read_once_the_encoder_trains_on(base_model, tokenizer, index_dir):
     model = model_of(base_model, tokenizer)
-    store = build_phrase_vectors(model, DocumentIndex.load(index_dir, encoder=WordHashEncoder()), PipelineConfig())
+    store = build_phrase_vectors(model, DocumentIndex.load(index_dir, encoder=WordHashEncoder()), PipelineConfig(grounded=False))
     model.use_phrase_store(store)
     with torch.no_grad():
         next(model.phrase_encoder.head.parameters()).add_(0.1)  # as a training step would
@@ -129,7 +129,7 @@ def test_the_store_is_not_read_once_the_encoder_trains_on(base_model, tokenizer,
 
 def test_bfloat16_vectors_round_trip(base_model, tokenizer, index_dir):
     model = model_of(base_model, tokenizer, phrase_dtype="bfloat16")
-    store = build_phrase_vectors(model, DocumentIndex.load(index_dir, encoder=WordHashEncoder()), PipelineConfig())
+    store = build_phrase_vectors(model, DocumentIndex.load(index_dir, encoder=WordHashEncoder()), PipelineConfig(grounded=False))
     model.use_phrase_store(store)
     model.set_phrases([" Tiber river"], mid_sentence_forms=False)
     stored = model.phrase_table.output_vectors
@@ -141,15 +141,15 @@ def test_the_demo_builds_the_vectors_once_and_leaves_another_encoders_alone(base
 
     model = model_of(base_model, tokenizer)
     index = DocumentIndex.load(index_dir, encoder=WordHashEncoder())
-    phrase_vectors_beside(model, index, PipelineConfig())
+    phrase_vectors_beside(model, index, PipelineConfig(grounded=False))
     stored = sorted(p.read_bytes() for p in store_path(index_dir).rglob("*.npy"))
     assert stored and finished_shards(store_path(index_dir)) == [0]
     calls = count_encoded(model)
-    phrase_vectors_beside(model, index, PipelineConfig())  # complete: nothing encoded again
+    phrase_vectors_beside(model, index, PipelineConfig(grounded=False))  # complete: nothing encoded again
     assert calls == [] and "not used" not in capsys.readouterr().out
     other = model_of(base_model, tokenizer)
     with torch.no_grad():
         next(other.phrase_encoder.head.parameters()).add_(0.1)
-    phrase_vectors_beside(other, index, PipelineConfig())
+    phrase_vectors_beside(other, index, PipelineConfig(grounded=False))
     assert "another build" in capsys.readouterr().out  # said, and the store is kept as it was
     assert sorted(p.read_bytes() for p in store_path(index_dir).rglob("*.npy")) == stored

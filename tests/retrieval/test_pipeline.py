@@ -30,7 +30,7 @@ class WordHashEncoder:
 def pipeline(llama, tokenizer):
     model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
     index = DocumentIndex.build(DOCS, WordHashEncoder(), index_type="flat")
-    return PhrasePipeline(model, index, PipelineConfig(top_k=1, max_new_tokens=12, agreement_top_k=0))
+    return PhrasePipeline(model, index, PipelineConfig(grounded=False, top_k=1, max_new_tokens=12, agreement_top_k=0))
 
 
 def test_phrases_come_from_the_retrieved_document_and_keep_their_source(pipeline):
@@ -53,7 +53,7 @@ def test_cited_spans_are_marked(pipeline):
 
 def test_a_batch_cites_each_row_from_its_own_documents(pipeline):
     pipeline.model.scorer = PreferPhrases()
-    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=6, agreement_top_k=0, phrase_max_uses=0)
+    pipeline.config = PipelineConfig(grounded=False, top_k=1, max_new_tokens=6, agreement_top_k=0, phrase_max_uses=0)
     # both documents hold " is the capital of": one text, a different source in each row
     pipeline.candidates = lambda documents: [Phrase(" is the capital of", documents[0]["id"])]
     results = pipeline.batch(["Tell me about France. Paris", "Tell me about Japan. Tokyo"])
@@ -63,7 +63,7 @@ def test_a_batch_cites_each_row_from_its_own_documents(pipeline):
 
 
 def test_realtime_mode_adds_phrases_during_decoding(pipeline):
-    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=12, realtime=True, realtime_every=4, realtime_fraction=0.1)
+    pipeline.config = PipelineConfig(grounded=False, top_k=1, max_new_tokens=12, realtime=True, realtime_every=4, realtime_fraction=0.1)
     result = pipeline("Which river flows through New York City?")
     chunk = max(1, round(result.num_phrases * 0.1))
     assert len(pipeline.model.phrases) == min(result.num_phrases, 3 * chunk)
@@ -78,7 +78,7 @@ def test_realtime_drop_unused_keeps_generated_phrases_readable(pipeline):
             return scores
 
     pipeline.model.scorer = PreferFirst()
-    pipeline.config = PipelineConfig(
+    pipeline.config = PipelineConfig(grounded=False,
         top_k=1, max_new_tokens=8, realtime=True, realtime_every=2, realtime_fraction=0.2, drop_unused=True,
         agreement_top_k=0, no_repeat_ngram_size=0, phrase_max_uses=0,
     )
@@ -108,7 +108,7 @@ def test_a_batch_matches_one_prompt_at_a_time_under_greedy_decoding(pipeline):
 
 
 def test_verified_decoding_keeps_rows_budgets_and_counts_steps(pipeline):
-    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=10, verify_top_k=2, agreement_top_k=0)
+    pipeline.config = PipelineConfig(grounded=False, top_k=1, max_new_tokens=10, verify_top_k=2, agreement_top_k=0)
     prompts = ["Which river flows through New York City?", "Where is the Eiffel Tower?"]
     results = pipeline.batch(prompts, max_chars=[20, 30])
     for result, budget in zip(results, [20, 30]):
@@ -120,15 +120,15 @@ def test_verified_decoding_keeps_rows_budgets_and_counts_steps(pipeline):
 def test_drafts_from_the_retrieved_documents_leave_the_verified_text_as_it_is(pipeline):
     settings = {"top_k": 1, "max_new_tokens": 40, "verify_top_k": 1, "agreement_top_k": 1, "phrase_max_uses": 0}
     prompts = ["Which river flows through New York City?", "Where is the Eiffel Tower?"]
-    pipeline.config = PipelineConfig(**settings)
+    pipeline.config = PipelineConfig(grounded=False, **settings)
     plain = pipeline.batch(prompts, max_chars=[40, 60])
-    pipeline.config = PipelineConfig(**settings, draft_tokens=4)
+    pipeline.config = PipelineConfig(grounded=False, **settings, draft_tokens=4)
     drafted = pipeline.batch(prompts, max_chars=[40, 60])
     assert [r.text for r in drafted] == [r.text for r in plain]  # the same text, cut at the same budget
     assert all(d.steps <= p.steps for d, p in zip(drafted, plain))
     measured = _DRAFT_STEP_COSTS[pipeline.model][4]  # measured on this machine at the first drafted request
     assert pipeline.drafter([DOCS[0]]).step_cost == measured >= 0.0
-    pipeline.config = PipelineConfig(**settings, draft_tokens=4, draft_step_cost=0.0)  # draft whenever a context matches
+    pipeline.config = PipelineConfig(grounded=False, **settings, draft_tokens=4, draft_step_cost=0.0)  # draft whenever a context matches
     tokens = pipeline.model.tokenizer
     drafter = pipeline.drafter([DOCS[0]])  # what the first prompt's drafts come from
     after = tokens(" city in the", add_special_tokens=False).input_ids
@@ -136,14 +136,14 @@ def test_drafts_from_the_retrieved_documents_leave_the_verified_text_as_it_is(pi
 
 def test_first_token_mass_lets_a_phrase_start_only_where_the_lm_would(pipeline):
     prompt = "Which river flows through New York City?"
-    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=1, max_phrases=0)
+    pipeline.config = PipelineConfig(grounded=False, top_k=1, max_new_tokens=1, max_phrases=0)
     lm_first = pipeline(prompt).text
     pipeline.model.scorer = PreferPhrases()
-    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=1, agreement_top_k=0, phrase_max_uses=0)
+    pipeline.config = PipelineConfig(grounded=False, top_k=1, max_new_tokens=1, agreement_top_k=0, phrase_max_uses=0)
     assert pipeline.config.generation_kwargs().get("phrase_first_token_mass") is None
     assert pipeline(prompt).phrase_steps == 1  # an over-scored phrase takes the step, whatever its first token
     for verify_top_k in (0, 2):
-        pipeline.config = PipelineConfig(top_k=1, max_new_tokens=1, agreement_top_k=0, phrase_max_uses=0,
+        pipeline.config = PipelineConfig(grounded=False, top_k=1, max_new_tokens=1, agreement_top_k=0, phrase_max_uses=0,
                                          first_token_mass=True, verify_top_k=verify_top_k)
         assert pipeline(prompt).text.startswith(lm_first)
 
@@ -151,11 +151,11 @@ def test_first_token_mass_lets_a_phrase_start_only_where_the_lm_would(pipeline):
 def test_the_phrase_guards_default_by_decoding_and_explicit_values_win():
     from retrieval.pipeline import DECODING_DEFAULTS
 
-    greedy, sampled = PipelineConfig().generation_kwargs(), PipelineConfig(do_sample=True).generation_kwargs()
+    greedy, sampled = PipelineConfig(grounded=False).generation_kwargs(), PipelineConfig(grounded=False, do_sample=True).generation_kwargs()
     assert greedy["phrase_agreement_top_k"] == 3 and "phrase_first_token_mass" not in greedy and "phrase_bias" not in greedy
     assert "phrase_agreement_top_k" not in sampled and sampled["phrase_first_token_mass"] is True
     assert sampled["phrase_bias"] == DECODING_DEFAULTS["sampling"]["phrase_bias"] != 0
-    explicit = PipelineConfig(do_sample=True, agreement_top_k=3, first_token_mass=False, phrase_bias=0.0)
+    explicit = PipelineConfig(grounded=False, do_sample=True, agreement_top_k=3, first_token_mass=False, phrase_bias=0.0)
     assert explicit.decoding_settings() == DECODING_DEFAULTS["greedy"]
     assert {k: v for k, v in explicit.generation_kwargs().items() if k.startswith("phrase_")} == {
         k: v for k, v in greedy.items() if k.startswith("phrase_")}
@@ -167,9 +167,9 @@ def test_the_context_gate_holds_phrases_to_the_tokens_they_follow_in_the_documen
     prompt = "New York City is the most populous city in the"  # the document goes on " United States"
     verify_top_k = pipeline.model.vocab_size if verified else 0
     settings = {"top_k": 1, "max_new_tokens": 4, "agreement_top_k": 0, "verify_top_k": verify_top_k}
-    pipeline.config = PipelineConfig(**settings)
+    pipeline.config = PipelineConfig(grounded=False, **settings)
     free = pipeline(prompt)
-    pipeline.config = PipelineConfig(**settings, context_tokens=2)
+    pipeline.config = PipelineConfig(grounded=False, **settings, context_tokens=2)
     gated = pipeline(prompt)
     assert free.phrase_steps == free.steps  # ungated, a phrase wins every step
     assert gated.segments[0].is_phrase and gated.segments[0].text == " United States"
@@ -187,13 +187,13 @@ def test_the_state_gate_opens_a_rows_phrases_by_its_own_documents_keys(pipeline,
     prompts = ["Which river flows through New York City?", "Tell me about France. Paris"]
     verify_top_k = pipeline.model.vocab_size if verified else 0
     settings = {"top_k": 1, "max_new_tokens": 4, "agreement_top_k": 0, "verify_top_k": verify_top_k}
-    pipeline.config = PipelineConfig(**settings, state_threshold=1.0)  # no state is that close: the bare LM
+    pipeline.config = PipelineConfig(grounded=False, **settings, state_threshold=1.0)  # no state is that close: the bare LM
     shut = pipeline.batch(prompts)
     assert [r.phrase_steps for r in shut] == [0, 0] and isinstance(pipeline.model.scorer, PreferPhrases)
     bare = pipeline.model.lm.generate(**pipeline.model.tokenizer(prompts[:1], return_tensors="pt"), max_new_tokens=4,
                                       do_sample=False, no_repeat_ngram_size=4)
     assert shut[0].text == pipeline.model.tokenizer.decode(bare[0, -4:])
-    pipeline.config = PipelineConfig(**settings, state_threshold=-1.0)  # every phrase with a key in its documents
+    pipeline.config = PipelineConfig(grounded=False, **settings, state_threshold=-1.0)  # every phrase with a key in its documents
     opened = pipeline.batch(prompts)
     for result in opened:
         assert result.phrase_steps == result.steps
@@ -212,9 +212,9 @@ def test_the_state_gate_opens_a_rows_phrases_by_its_own_documents_keys(pipeline,
         assert set(keys.phrases[keys.rows == row].tolist()) <= mine and keys.num_rows == 2
     for bad, message in ((1.5, "is a cosine"), (-2.0, "is a cosine")):
         with pytest.raises(ValueError, match=message):
-            PipelineConfig(state_threshold=bad)
+            PipelineConfig(grounded=False, state_threshold=bad)
     with pytest.raises(ValueError, match="real-time mode adds phrases while it decodes"):
-        PipelineConfig(state_threshold=0.9, realtime=True)
+        PipelineConfig(grounded=False, state_threshold=0.9, realtime=True)
 
 
 @pytest.mark.parametrize("verified", [False, True])
@@ -223,9 +223,9 @@ def test_the_phrase_bias_reaches_plain_and_verified_decoding(pipeline, verified)
     pipeline.model.scorer = PreferPhrases()
     verify_top_k = pipeline.model.vocab_size if verified else 0  # verification that keeps every phrase whole
     settings = {"top_k": 1, "max_new_tokens": 3, "agreement_top_k": 0, "verify_top_k": verify_top_k}
-    pipeline.config = PipelineConfig(**settings)
+    pipeline.config = PipelineConfig(grounded=False, **settings)
     assert pipeline(prompt).phrase_steps >= 1
-    pipeline.config = PipelineConfig(**settings, phrase_bias=-2e4)
+    pipeline.config = PipelineConfig(grounded=False, **settings, phrase_bias=-2e4)
     assert pipeline(prompt).phrase_steps == 0
 
 
@@ -251,9 +251,52 @@ def test_a_requests_phrases_are_tokenized_once(pipeline, monkeypatch):
     """The candidates' length check, the context gate and set_phrases share the table's remembered token ids."""
     from tests.helpers import count_tokenized
 
-    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=2, agreement_top_k=0, context_tokens=2)
+    pipeline.config = PipelineConfig(grounded=False, top_k=1, max_new_tokens=2, agreement_top_k=0, context_tokens=2)
     asked = count_tokenized(pipeline.model.tokenizer, monkeypatch)
     result = pipeline("The Hudson River flows")
     phrases = [p.text for p in pipeline.model.phrases]
     assert result.num_phrases and phrases
     assert all(asked.count(text) == 1 for text in phrases)
+
+
+def test_grounded_decoding_at_gamma_one_is_the_lm_reading_the_documents(pipeline, llama):
+    import torch
+
+    from retrieval.pipeline import in_context_ids
+
+    pipeline.config = PipelineConfig(top_k=2, read_documents=1, max_new_tokens=10, no_repeat_ngram_size=0, gamma=1.0)
+    prompts = ["Which river flows through New York City?", "What is the capital of France?"]
+    results = pipeline.batch(prompts)
+    tokenizer = pipeline.model.tokenizer
+    for prompt, result in zip(prompts, results):
+        context = in_context_ids(tokenizer, result.documents[:1], 384)
+        ids = torch.tensor([context + tokenizer(prompt, add_special_tokens=False).input_ids])
+        bare = llama.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False)
+        assert result.text == tokenizer.decode(bare[0, ids.shape[1] :])[: len(result.text)] and result.text
+        assert result.steps <= 10
+
+
+def test_grounded_decoding_cites_what_it_copies_at_its_offsets(pipeline):
+    pipeline.config = PipelineConfig(top_k=1, max_new_tokens=8, no_repeat_ngram_size=0, gamma=1e-6,
+                                     draft_step_cost=0.0)  # every draft the documents offer is kept
+    result = pipeline("New York City is the most populous city")
+    assert result.copied_tokens > 0 and result.citations and result.cited_share > 0.3
+    for c in result.citations:
+        assert result.text[c.start : c.end] == c.text
+        source = result.documents[c.document]["text"]
+        assert source[c.document_start : c.document_start + len(c.text)] == c.text
+    assert "^1" in result.marked() and result.to_dict()["cited_share"] == result.cited_share
+
+
+def test_the_confidence_gate_relaxes_only_above_its_retrieval_score(pipeline):
+    found = [{"text": "x", "score": 0.5}]
+    pipeline.config = PipelineConfig(gamma=0.2, relax_above=0.6)
+    assert pipeline.gamma(found) == 1.0 and pipeline.gamma([]) == 1.0
+    pipeline.config = PipelineConfig(gamma=0.2, relax_above=0.4)
+    assert pipeline.gamma(found) == 0.2
+    pipeline.config = PipelineConfig(gamma=0.2, relax_above=None)
+    assert pipeline.gamma([]) == 0.2
+    with pytest.raises(ValueError, match="gamma=0"):
+        PipelineConfig(gamma=0.0)
+    with pytest.raises(ValueError, match="pass grounded=False for verify_top_k"):
+        PipelineConfig(verify_top_k=1)

@@ -18,7 +18,7 @@ def test_the_served_index_phrase_vectors_are_read_not_encoded(tmp_path, monkeypa
     folder = tmp_path / "wiki"
     DocumentIndex.build(DOCS, document_encoder(str(tiny_encoder_dir)), index_type="flat").save(folder)
     model = copy.deepcopy(_tiny_model)
-    build_phrase_vectors(model, DocumentIndex.load(folder), PipelineConfig())
+    build_phrase_vectors(model, DocumentIndex.load(folder), PipelineConfig(grounded=False))
     monkeypatch.setattr(server, "load_dynamic_lm", lambda name, checkpoint: model)
     engine = server.load_engine(ServerConfig(model=str(tiny_lm_dir), index=str(folder), encoder=str(tiny_encoder_dir)))
     assert engine.model.phrase_store is not None and len(engine.model.phrase_store) > 0

@@ -83,7 +83,7 @@ def test_a_seeded_sampled_verified_request_returns_the_same_text_each_time(make_
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"draft_tokens": 4}, "needs verified decoding: pass verify_top_k=1"),
+    ({"draft_tokens": 4}, "needs verified decoding: pass grounded=True"),
     ({"verify_top_k": 1, "readback": "vector"}, "verified decoding reads each phrase back as its tokens"),
 ])
 def test_a_verified_request_that_cannot_be_decoded_is_refused(make_client, fields, message):
