@@ -259,7 +259,8 @@ def _usage(completion: Completion) -> dict:
 
 def _details(completion: Completion) -> dict:
     return {"phrase_steps": completion.phrase_steps, "num_phrases": completion.num_phrases,
-            "documents": completion.documents, "stages": completion.stages}
+            "documents": completion.documents, "stages": completion.stages, "citations": completion.citations,
+            "cited_share": completion.cited_share}
 
 
 def _sse(data: dict) -> str:

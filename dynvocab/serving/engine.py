@@ -18,6 +18,7 @@ from retrieval.document_states import attach_document_states, document_token_ids
 from retrieval.pipeline import PhrasePipeline, PipelineConfig
 from retrieval.timing import StageTimer
 
+from ..citations import cite, cited_share
 from ..model import DynamicVocabLM
 from ..padding import pad_id
 from ..phrase_table import Phrase, PhraseTable
@@ -66,6 +67,8 @@ class Completion:
     num_phrases: int
     documents: list[dict]
     stages: dict[str, float]
+    citations: list[dict] = field(default_factory=list)
+    cited_share: float | None = None
 
 
 class Engine:
@@ -142,8 +145,11 @@ class Engine:
 
     def _settings(self, request: CompletionRequest) -> PipelineConfig:
         chosen = {name: getattr(request, name) for name in PIPELINE_SETTINGS if getattr(request, name) is not None}
+        # grounded by default where there are documents to read, unless the request asks for the paper's verified mode
+        grounded = request.grounded if request.grounded is not None else bool(
+            (request.documents or request.retrieve) and not request.verify_top_k)
         try:
-            return PipelineConfig(grounded=False, max_new_tokens=request.max_tokens, do_sample=not request.greedy,
+            return PipelineConfig(grounded=grounded, max_new_tokens=request.max_tokens, do_sample=not request.greedy,
                                   temperature=request.temperature or 1.0, top_p=request.top_p, **chosen)
         except (TypeError, ValueError) as error:
             raise ApiError(400, f"the phrase settings are refused: {error}", code="invalid_phrase_settings") from None
@@ -151,7 +157,8 @@ class Engine:
     def batch_key(self, request: CompletionRequest, settings: PipelineConfig, request_id: str) -> tuple:
         """Requests with equal keys decode alike and may share a batch; a seeded sampled request and a verified one
         decode alone."""
-        alone = request_id if settings.verify_top_k or (not request.greedy and request.seed is not None) else None
+        alone = request_id if settings.verify_top_k or settings.grounded or (not request.greedy and request.seed is not None) \
+            else None
         return request.readback, tuple(sorted(settings.generation_kwargs().items())), settings.state_threshold, alone
 
     # ------------------------------------------------------------------ decoding, on the worker thread
@@ -182,7 +189,7 @@ class Engine:
             if not jobs and not batch:
                 return
             ended = []
-            if not batch and jobs[0].settings.verify_top_k:  # its key is its own: jobs holds it alone
+            if not batch and (jobs[0].settings.verify_top_k or jobs[0].settings.grounded):  # its key is its own
                 self._decode_verified(self._admissions(jobs)[0], finished, on_step)
                 continue
             if not batch:
@@ -228,9 +235,20 @@ class Engine:
         if settings.state_threshold is not None and admission.documents:
             keys = state_keys(self.document_states, admission.documents, table.token_ids, settings.state_threshold)
         pipeline = PhrasePipeline(model, None, settings)
-        drafter = pipeline.drafter(prepared.documents) if settings.draft_tokens else None
+        read = pipeline.read(prepared.documents) if settings.grounded else prepared.documents
+        drafter = pipeline.drafter(read) if settings.draft_tokens else None
+        grounding = {}
+        if settings.grounded:
+            context = pipeline.context_ids(prepared.documents)
+            prompt = model.tokenizer(prepared.job.request.prompt, add_special_tokens=not context)["input_ids"]
+            grounding = {"gamma": pipeline.gamma(prepared.documents),
+                         "context": torch.tensor([context], device=model.device) if context else None}
+        else:
+            prompt = admission.prompt_ids
         prepared.stages["encode"] = time.perf_counter() - start
         gate = {"phrase_contexts": admission.contexts} if admission.contexts is not None else {}
+        if settings.grounded:  # the n-gram guard judges the continuation: copying the documents is allowed
+            gate["no_repeat_ngram_scope"] = "new"
         processors = model.phrase_processors_in(settings.generation_kwargs() | gate)
         if admission.seed is not None:
             torch.manual_seed(admission.seed)
@@ -249,10 +267,10 @@ class Engine:
 
         decoding = last
         with model.state_gate(keys):
-            generate_verified(model, torch.tensor([admission.prompt_ids], device=model.device), row.max_tokens,
-                              accept_top_k=settings.verify_top_k, do_sample=settings.do_sample, top_p=settings.top_p,
-                              temperature=settings.temperature, logits_processor=processors,
-                              draft=drafter.draft if drafter else None, on_step=on_step)
+            generate_verified(model, torch.tensor([prompt], device=model.device), row.max_tokens,
+                              accept_top_k=settings.verify_top_k or 1, do_sample=settings.do_sample,
+                              top_p=settings.top_p, temperature=settings.temperature, logits_processor=processors,
+                              draft=drafter.draft if drafter else None, on_step=on_step, **grounding)
         prepared.stages["decode"] = time.perf_counter() - decoding
         completion = self._completion(prepared, row)
         prepared.job.on_done(completion)
@@ -328,7 +346,13 @@ class Engine:
         new = [token for token in row.ids if token not in self.eos]
         segments = phrase_segments(new, self.model.tokenizer, self.model.phrase_table, True, prepared.sources)
         by_id = {str(d.get("id")): d for d in prepared.documents}
+        settings = prepared.job.settings
+        citations = self._citations(prepared, new, row.text) if settings.grounded else []
         return Completion(
+            citations=[{"start": c.start, "end": c.end, "text": c.text, "document": str(read[c.document].get("id")),
+                        "title": read[c.document].get("title", ""), "offset": c.document_start}
+                       for c in citations for read in [PhrasePipeline(self.model, None, settings).read(prepared.documents)]],
+            cited_share=cited_share(citations, row.text) if settings.grounded else None,
             text=row.text, finish_reason=row.finish_reason,
             segments=[_segment(s, by_id) for s in _cut(segments, len(row.text))],
             prompt_tokens=len(prepared.job.prompt_ids), completion_tokens=len(row.ids),
@@ -336,6 +360,15 @@ class Engine:
             documents=[{k: d[k] for k in ("id", "title", "score") if k in d} for d in prepared.documents],
             stages=prepared.stages,
         )
+
+
+    def _citations(self, prepared: "_Prepared", new: list[int], text: str) -> list:
+        """The spans of a grounded completion's ``text`` (its mixed ids ``new``) that stand in the documents it read;
+        a span cut by a stop string is left out."""
+        settings, model = prepared.job.settings, self.model
+        read = PhrasePipeline(model, None, settings).read(prepared.documents)
+        found = cite(model.phrase_table.spell(new), [d["text"] for d in read], model.tokenizer, settings.cite_tokens)
+        return [c for c in found if c.end <= len(text) and text[c.start : c.end] == c.text]
 
 
 @dataclass

@@ -27,10 +27,13 @@ REQUESTS = [
     {"prompt": "Tokyo is the capital of", "max_tokens": 6, "documents": [DOCS[2]["text"]], "context_tokens": 1},
     {"prompt": "New York City lies on", "max_tokens": 6, "retrieve": 1, "context_tokens": 2},
 ]
+REQUESTS = [fields | {"grounded": False} for fields in REQUESTS]  # the paper's mode: they share the running batch
 
 
 def job(engine, fields: dict, number: int) -> Job:
-    request = CompletionRequest.model_validate({"temperature": 0, "agreement_top_k": 0, **fields})
+    """A checked job of ``fields``, greedy, in the paper's mode unless ``fields`` names ``grounded`` (this module
+    tests the running batch, which grounded requests leave: they decode alone)."""
+    request = CompletionRequest.model_validate({"temperature": 0, "agreement_top_k": 0, "grounded": False, **fields})
     prompt_ids, phrases, documents, settings = engine.check(request)
     steps, done = [], []
     made = Job(request, f"r{number}", prompt_ids, phrases, documents, settings,
@@ -167,6 +170,7 @@ GATED = [
     {"prompt": "Paris", "max_tokens": 10, "documents": [DOCS[1]["text"], DOCS[2]["text"]]},
     {"prompt": "The Seine river flows through", "max_tokens": 6, "retrieve": 1, "phrases": ["the Hudson River"]},
 ]
+GATED = [fields | {"grounded": False} for fields in GATED]
 
 
 @pytest.mark.parametrize("readback", ["tokens", "vector"])

@@ -4,7 +4,8 @@ import json
 
 from .documents import DOCS
 
-PHRASES_ON = {"agreement_top_k": 0}  # a random tiny LM never agrees with a phrase's first token otherwise
+# the paper's mode (grounded requests write the LM's tokens); a random tiny LM never agrees with a phrase's first token
+PHRASES_ON = {"agreement_top_k": 0, "grounded": False}
 
 
 def events(response) -> list:

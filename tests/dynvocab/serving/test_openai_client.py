@@ -8,7 +8,7 @@ import openai
 
 from .documents import DOCS
 
-EXTRA = {"documents": [DOCS[0]["text"]], "agreement_top_k": 0}
+EXTRA = {"documents": [DOCS[0]["text"]], "agreement_top_k": 0, "grounded": False}
 
 
 def test_the_openai_client_round_trip(live_server):

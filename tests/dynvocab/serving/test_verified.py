@@ -88,7 +88,7 @@ def test_a_seeded_sampled_verified_request_returns_the_same_text_each_time(make_
 ])
 def test_a_verified_request_that_cannot_be_decoded_is_refused(make_client, fields, message):
     reply = make_client().post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "temperature": 0,
-                                                         "documents": ["a b c"], **fields})
+                                                         "documents": ["a b c"], "grounded": False, **fields})
     assert reply.status_code == 400 and message in reply.text
 
 

@@ -1,0 +1,87 @@
+"""Grounded requests (the default with documents) decode alone: the LM reads the documents and writes every token;
+with gamma = 1 the text is the LM's own given the documents, and each copied span cites its document."""
+
+import pytest
+import torch
+
+from retrieval import pipeline
+from retrieval.pipeline import in_context_ids
+
+from .test_batching import job as paper_job
+
+
+def job(engine, fields: dict, number: int):
+    return paper_job(engine, {"grounded": None} | fields, number)  # the server's own default
+
+PROMPT = "The river that flows through the city"
+
+
+@pytest.fixture(autouse=True)
+def drafts_always_pay(monkeypatch):
+    monkeypatch.setattr(pipeline, "draft_step_cost", lambda model, draft_tokens: 0.0)
+
+
+def decode_all(engine, requests: list[dict]) -> list:
+    """``requests`` queued together and handed to ``engine.decode`` as the batcher hands them over (the oldest job's
+    key first): their completions."""
+    waiting, done = [job(engine, fields, n) for n, fields in enumerate(requests)], {}
+    names = [made.request_id for made in waiting]
+
+    def take(key, room):
+        key = waiting[0].key if key is None and waiting else key
+        taken = [made for made in waiting if made.key == key][:room]
+        waiting[:] = [made for made in waiting if made not in taken]
+        return taken
+
+    engine.decode(take, lambda made, completion: done.__setitem__(made.request_id, completion))
+    return [done[name] for name in names]
+
+
+def lm_text(engine, documents: list[str], prompt: str, max_tokens: int) -> str:
+    """What the engine's LM writes greedily with ``documents`` in its context, as grounded decoding reads them."""
+    tokenizer, lm = engine.model.tokenizer, engine.model.lm
+    context = in_context_ids(tokenizer, [{"text": d} for d in documents], 384)
+    ids = torch.tensor([context + tokenizer(prompt, add_special_tokens=False).input_ids])
+    out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False)
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+def test_grounded_requests_write_the_lm_text_given_their_documents_alone_and_queued_together(make_engine):
+    engine = make_engine()
+    bare = lm_text(engine, [], PROMPT, 48)
+    requests = [{"prompt": PROMPT, "max_tokens": 12, "documents": [PROMPT + bare], "gamma": 1.0},
+                {"prompt": "A bridge", "max_tokens": 10, "documents": ["The old bridge crosses the river.", "Rivers."]},
+                {"prompt": PROMPT, "max_tokens": 12, "documents": ["Nothing about it."], "gamma": 1.0}]
+    together = decode_all(engine, requests)
+    for fields, completion in zip(requests, together):
+        reference = lm_text(engine, fields["documents"][:2], fields["prompt"], 4 * fields["max_tokens"])
+        assert reference.startswith(completion.text) and completion.text
+        assert completion.cited_share is not None
+        assert decode_all(engine, [fields])[0].text == completion.text  # alone as queued with others
+    first = together[0]
+    assert first.citations and first.cited_share > 0  # its document holds what the LM writes at first: copied, cited
+    for citation in first.citations:
+        assert first.text[citation["start"] : citation["end"]] == citation["text"]
+        source = requests[0]["documents"][0]
+        assert source[citation["offset"] : citation["offset"] + len(citation["text"])] == citation["text"]
+        assert citation["document"] == "0"
+
+
+def test_a_request_without_documents_or_asking_for_verification_is_not_grounded(make_engine):
+    engine = make_engine()
+    assert not job(engine, {"prompt": PROMPT}, 0).settings.grounded
+    assert job(engine, {"prompt": PROMPT, "documents": ["x y z"]}, 0).settings.grounded
+    assert not job(engine, {"prompt": PROMPT, "documents": ["x y z"], "verify_top_k": 1}, 0).settings.grounded
+    plain = decode_all(engine, [{"prompt": PROMPT, "max_tokens": 4}])[0]
+    assert plain.citations == [] and plain.cited_share is None
+
+
+def test_a_grounded_response_carries_its_citations(make_client):
+    client = make_client()
+    body = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8, "temperature": 0,
+                                                "documents": [{"text": PROMPT + " and more.", "id": "a"}]}).json()
+    details = body["dynvocab"]
+    assert isinstance(details["citations"], list) and 0.0 <= details["cited_share"] <= 1.0
+    refused = client.post("/v1/completions", json={"prompt": PROMPT, "grounded": True, "verify_top_k": 1,
+                                                   "documents": ["x"]})
+    assert refused.status_code == 400 and "grounded=False for verify_top_k" in refused.text
