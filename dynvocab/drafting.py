@@ -55,6 +55,7 @@ class DocumentDrafter:
         self._grams: set[tuple[int, ...]] = set()  # the text's n-grams, n = no_repeat_ngram_size
         self.kept: dict[tuple[str, int], list[int]] = {}  # (source, context length) -> [proposals judged, tokens kept]
         self._pending: list[tuple[int, tuple[str, int], list[int]]] = []  # (where, source, proposal) not yet judged
+        self._last: tuple[int, int] | None = None  # (document, where) the last draft was taken from, if a document
 
     def draft(self, ids: Sequence[int]) -> list[int]:
         """The tokens proposed to follow ``ids`` (the whole text so far, prompt included, as token ids); [] when no
@@ -80,7 +81,24 @@ class DocumentDrafter:
             return []
         gains = [min(self.expected(source), len(proposal)) for source, proposal in proposals]
         best = gains.index(max(gains))  # the first of the best
-        return proposals[best][1] if not self.step_cost or gains[best] > self.step_cost else []
+        self._last = None
+        if self.step_cost and gains[best] <= self.step_cost:
+            return []
+        if proposals[best][0][0] == "documents":
+            self._last = self._followers[tuple(ids[-proposals[best][0][1] :])]
+        return proposals[best][1]
+
+    def anchored(self, ids: Sequence[int]) -> int:
+        """How many of the last tokens of ``ids`` (the text the last draft was made for) stand verbatim just before
+        that draft in its document: 0 when it came from the text or nothing was drafted. A long run says the document
+        holds the text being written (a copy under way), a short one that a common phrase matched."""
+        if self._last is None:
+            return 0
+        document, where = self._last
+        source, run = self._documents[document], 0
+        while run < min(len(ids), where) and ids[len(ids) - 1 - run] == source[where - 1 - run]:
+            run += 1
+        return run
 
     def expected(self, source: tuple[str, int]) -> float:
         """Tokens a proposal from ``source`` (``("text" | "documents", context length)``) kept on average so far."""

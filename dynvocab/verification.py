@@ -96,6 +96,7 @@ def generate_verified(
     eos_token_id: int | None = None,
     row: int | None = None,
     draft: Callable[[list[int]], list[int]] | None = None,
+    relax: Callable[[list[int]], bool] | None = None,
     on_step: Callable[[list[int]], bool] | None = None,
 ) -> VerifiedOutput:
     """Decode ``max_new_tokens`` steps from ``input_ids`` ``(1, L)`` (token ids) with verified phrases and drafts.
@@ -104,7 +105,9 @@ def generate_verified(
     one row's phrase set after per-row ``set_phrases`` (default: every phrase). ``gamma`` in (0, 1] switches to
     grounded acceptance (module docstring); ``context`` ``(1, C)`` token ids are read before the prompt.
     ``logits_processor`` sees the mixed ids and the ``(1, V + P)`` scores of each step, like ``generate``'s. ``draft``
-    maps the text so far as token ids (prompt included) to the tokens proposed after it. ``on_step`` hears the mixed
+    maps the text so far as token ids (prompt included) to the tokens proposed after it; ``relax(text)`` says whether
+    the proposals drafted for ``text`` may be kept by ``gamma`` (else only as the LM's own greedy tokens; default:
+    always). ``on_step`` hears the mixed
     ids each step kept (a phrase, a token, or a token and its kept draft), as they are written; returning True ends
     decoding there (a server's stop string, cancellation or token limit).
     """
@@ -147,15 +150,16 @@ def generate_verified(
                 tokens += draft(text + tokens)
         else:
             probs = _token_probs(scores[0, :vocab], do_sample, warpers, ids, refused)
-            tokens, own, phrase = _grounded_proposal(probs, scores[0, vocab:], table, text, draft, gamma, do_sample, ends)
-            chosen, first = (tokens[0] if phrase is None else vocab + phrase), 1
+            proposals = _Proposals(draft, relax, gamma)
+            tokens, own, phrase = _grounded_proposal(probs, scores[0, vocab:], table, text, proposals, do_sample, ends)
+            chosen, first, step_gamma = (tokens[0] if phrase is None else vocab + phrase), 1, proposals.gamma
         out = _forward(model, torch.tensor([tokens], device=ids.device), cache, mask)
         rows = _processed_rows(out[0].float(), tokens, processors, ids)
         if gamma is None:
             kept = 1 + _count_agreeing(rows, tokens, lambda row, token: token in row[:vocab].topk(
                 min(accept_top_k, vocab)).indices.tolist())
         else:
-            kept, refused = _grounded_kept(rows, tokens, vocab, gamma, do_sample, warpers, ids)
+            kept, refused = _grounded_kept(rows, tokens, vocab, step_gamma, do_sample, warpers, ids)
         kept = next((j + 1 for j, t in enumerate(tokens[:kept]) if t in ends), kept)  # nothing after an end of text
         if kept > first and _stops(stopping, ids, tokens[:kept], scores):  # nor proposed tokens past the stop
             kept = next(j for j in range(first, kept + 1) if _stops(stopping, ids, tokens[:j], scores))
@@ -197,9 +201,24 @@ def _token_probs(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessor
     return torch.softmax(scores, dim=-1)
 
 
-def _grounded_proposal(probs: torch.Tensor, phrase_scores: torch.Tensor, table, text: list[int],
-                       draft: Callable[[list[int]], list[int]] | None, gamma: float, do_sample: bool,
-                       ends: set[int]) -> tuple[list[int], int, int | None]:
+class _Proposals:
+    """One step's drafts, each with the relaxation it may be kept by: ``gamma`` where ``relax`` allows (or always),
+    else 1; ``gamma`` is that of the last draft made."""
+
+    def __init__(self, draft: Callable[[list[int]], list[int]] | None, relax: Callable[[list[int]], bool] | None,
+                 gamma: float) -> None:
+        self.draft, self.relax, self.relaxed, self.gamma = draft, relax, gamma, gamma
+
+    def __call__(self, text: list[int]) -> list[int]:
+        if self.draft is None:
+            return []
+        proposal = self.draft(text)
+        self.gamma = self.relaxed if self.relax is None or self.relax(text) else 1.0
+        return proposal
+
+
+def _grounded_proposal(probs: torch.Tensor, phrase_scores: torch.Tensor, table, text: list[int], draft: _Proposals,
+                       do_sample: bool, ends: set[int]) -> tuple[list[int], int, int | None]:
     """The tokens to read back this step, how many of them the LM chose itself (1 or 0), and the phrase they are.
 
     A proposal whose first token the LM vouches for here (``accept_relaxed``; sampled: the token drawn) is read back
@@ -207,16 +226,19 @@ def _grounded_proposal(probs: torch.Tensor, phrase_scores: torch.Tensor, table, 
     drawn from ``probs``) comes first, followed by the draft after it.
     """
     own = int(torch.multinomial(probs, 1)) if do_sample else int(probs.argmax())
-    vouched = (lambda token: token == own) if do_sample else (lambda token: accept_relaxed(probs, token, gamma))
-    proposed = draft(text) if draft is not None else []
-    if proposed and vouched(proposed[0]) and proposed[0] not in ends:
+    proposed = draft(text)
+
+    def vouched(token: int) -> bool:
+        return token not in ends and (token == own if do_sample else accept_relaxed(probs, token, draft.gamma))
+
+    if proposed and vouched(proposed[0]):
         return proposed, 0, None
     if phrase_scores.numel() and bool(torch.isfinite(phrase_scores).any()):
         best = int(phrase_scores.argmax())
         phrase = list(table.token_ids[best])
-        if vouched(phrase[0]) and phrase[0] not in ends:
+        if vouched(phrase[0]):
             return phrase, 0, best
-    return [own] + (draft(text + [own]) if draft is not None and own not in ends else []), 1, None
+    return [own] + (draft(text + [own]) if own not in ends else []), 1, None
 
 
 def _processed_rows(logits: torch.Tensor, tokens: list[int], processors: LogitsProcessorList,

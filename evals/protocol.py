@@ -98,9 +98,9 @@ class EvalConfig:
     gamma: float | None = field(default=None, metadata={
         "help": "Grounded systems: keep a proposed token while its probability is at least gamma times the LM's best "
                 "(None: the pipeline's default; :gamma= sets it per system)."})
-    relax_above: float | None = field(default=None, metadata={
-        "help": "Grounded systems: relax to gamma only when the top document scores this (None: the pipeline's "
-                "default; :relax= per system; a negative value: always)."})
+    relax_after: int | None = field(default=None, metadata={
+        "help": "Grounded systems: relax a draft to gamma only inside a verbatim run of this many tokens of its "
+                "document (None: the pipeline's default; :relax= per system; 0: always)."})
     cite_tokens: int = field(default=4, metadata={"help": "Cite a continuation's span of at least n tokens found in "
                                                           "the documents in its context (systems that read them)."})
     mauve_featurizer: str = field(default="lm", metadata={"help": "'lm' (the scorer LM's last-token state), 'minilm' or 'gpt2-large'."})
@@ -137,13 +137,12 @@ class EvalConfig:
 
     def _resolve_decoding_defaults(self) -> None:
         """A ``None`` among the decoding-dependent settings becomes the pipeline's default, so results record values."""
-        from retrieval.pipeline import GROUNDED_GAMMA, GROUNDED_RELAX_ABOVE, decoding_settings
+        from retrieval.pipeline import GROUNDED_GAMMA, GROUNDED_RELAX_AFTER, decoding_settings
 
         for name, value in decoding_settings(self.decoding == "nucleus", self).items():
             setattr(self, name, value)
         self.gamma = GROUNDED_GAMMA if self.gamma is None else self.gamma
-        if self.relax_above is None:
-            self.relax_above = -1.0 if GROUNDED_RELAX_ABOVE is None else GROUNDED_RELAX_ABOVE
+        self.relax_after = GROUNDED_RELAX_AFTER if self.relax_after is None else self.relax_after
 
     @property
     def system_names(self) -> list[str]:
@@ -416,14 +415,13 @@ class Generators:
         from retrieval.pipeline import PipelineConfig
 
         c = self.config
-        relax = spec.get("relax", c.relax_above)
         return PipelineConfig(
             grounded=True, top_k=c.top_k_docs, max_phrases=0 if spec.base == "grounded-suffix" else spec.max_phrases or c.max_phrases,
             max_new_tokens=2 * c.continuation_tokens, do_sample=c.decoding == "nucleus", top_p=c.top_p,
             edges=c.edges, ranking=c.ranking, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
             repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=c.agreement_top_k,
             phrase_max_uses=c.phrase_max_uses, first_token_mass=False, phrase_bias=float(c.phrase_bias),
-            gamma=spec.get("gamma", c.gamma), relax_above=None if relax < 0 else relax,
+            gamma=spec.get("gamma", c.gamma), relax_after=spec.get("relax", c.relax_after),
             read_documents=spec.get("docs", c.rag_documents), read_tokens=c.rag_document_tokens,
             draft_tokens=spec.get("draft", None), cite_tokens=c.cite_tokens,
         )
@@ -546,11 +544,11 @@ GENERATION_SETTINGS = ("data", "model", "checkpoint", "mwt_checkpoint", "index",
                        "readback", "encode_dtype", "edges", "ranking", "phrase_bias", "agreement_top_k", "phrase_max_uses",
                        "verify_top_k", "draft_tokens", "first_token_mass", "context_tokens", "skip_prompts",
                        "no_repeat_ngram_size", "repetition_penalty", "rag_documents", "rag_document_tokens", "lookup_tokens",
-                       "gamma", "relax_above", "cite_tokens")
+                       "gamma", "relax_after", "cite_tokens")
 
 #: how runs that predate a setting generated: the encoder ran in float32, and phrases took mass from any token
 SETTINGS_BEFORE_THEY_EXISTED = {"encode_dtype": "float32", "first_token_mass": False, "context_tokens": 0, "skip_prompts": 0,
-                              "draft_tokens": 0, "gamma": 1.0, "relax_above": -1.0, "cite_tokens": 4}
+                              "draft_tokens": 0, "gamma": 1.0, "relax_after": 0, "cite_tokens": 4}
 
 
 def check_resumable(config: EvalConfig) -> None:

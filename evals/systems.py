@@ -48,7 +48,7 @@ OPTIONS = {
     "verify": (int, None, _DYNAMIC),
     "draft": (int, None, (*_DYNAMIC, *GROUNDED)),
     "gamma": (float, None, GROUNDED),
-    "relax": (float, None, GROUNDED),
+    "relax": (int, None, GROUNDED),
     "draft_cost": (float, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
     "checkpoint": (str, None, TRAINED),

@@ -40,10 +40,10 @@ _DOCUMENT_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: sampled text keeps the LM's own next-token distribution and lets phrases carry on what it starts, with the
 #: phrase bias chosen for the shipped encoder on development leads (results/nucleus-dev/; greedy's stays 0 for
 #: the reason in results/wikipedia-greedy-bias2/).
-#: grounded decoding's defaults, chosen on development prompts (docs/grounded.md): the relaxation, the retrieval
-#: score above which it applies, and the draft length
+#: grounded decoding's defaults, chosen on development prompts (docs/grounded.md): the relaxation, the verbatim run
+#: of the text a document must hold before it applies, and the draft length
 GROUNDED_GAMMA = 1.0
-GROUNDED_RELAX_ABOVE: float | None = None
+GROUNDED_RELAX_AFTER = 0
 GROUNDED_DRAFT_TOKENS = 8
 
 DECODING_DEFAULTS = {
@@ -75,10 +75,10 @@ class PipelineConfig:
         metadata={"help": "Grounded decoding: keep a proposed token while its probability is at least gamma times the "
                           "LM's best (1: exactly the LM's text given the documents; chosen on development prompts)."},
     )
-    relax_above: float | None = field(
-        default=GROUNDED_RELAX_ABOVE,
-        metadata={"help": "Grounded decoding: relax to gamma only when the top document's retrieval score reaches "
-                          "this; below it gamma is 1 (None: always relax)."},
+    relax_after: int = field(
+        default=GROUNDED_RELAX_AFTER,
+        metadata={"help": "Grounded decoding: relax a draft to gamma only where the text's last n tokens stand verbatim "
+                          "just before it in its document (a copy under way; 0: always); elsewhere gamma is 1."},
     )
     read_documents: int = field(default=2, metadata={"help": "Grounded decoding: top documents put in the LM's context."})
     read_tokens: int = field(default=384, metadata={"help": "Grounded decoding: tokens the LM reads of each of them."})
@@ -147,7 +147,7 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         check_at_least(self, 1, ("top_k", "max_new_tokens", "realtime_every", "min_length", "cite_tokens"))
-        check_at_least(self, 0, ("read_documents", "read_tokens"))
+        check_at_least(self, 0, ("read_documents", "read_tokens", "relax_after"))
         if self.draft_tokens is None:
             self.draft_tokens = GROUNDED_DRAFT_TOKENS if self.grounded else 0
         if not 0.0 < self.gamma <= 1.0:
@@ -413,14 +413,6 @@ class PhrasePipeline:
         tokens = [t for t in model.phrase_table.spell(new) if t not in model.tokenizer.all_special_ids]
         return cite(tokens, [d["text"] for d in self.read(result.documents)], model.tokenizer, self.config.cite_tokens)
 
-    def gamma(self, documents: list[dict]) -> float:
-        """The relaxation for one prompt: ``config.gamma`` when its top document scores at least
-        ``config.relax_above`` (or always, when that is None), else 1."""
-        c = self.config
-        if c.relax_above is None or (documents and documents[0].get("score", float("-inf")) >= c.relax_above):
-            return c.gamma
-        return 1.0
-
     def drafter(self, documents: list[dict]) -> DocumentDrafter:
         """Drafts of ``config.draft_tokens`` tokens from ``documents`` and the text so far, for one prompt."""
         c, texts = self.config, [d["text"] for d in documents]
@@ -472,12 +464,14 @@ class PhrasePipeline:
             ids = model.tokenizer(prompt, add_special_tokens=not context, return_tensors="pt").input_ids
             budget = budgets[row] if budgets is not None else None
             with model.state_gate(keys.for_row(row) if keys is not None else None):
+                drafter = drafters[row] if drafters else None
                 out = generate_verified(
-                    model, ids, c.max_new_tokens, gamma=self.gamma(found),
+                    model, ids, c.max_new_tokens, gamma=c.gamma,
+                    relax=(lambda text, drafter=drafter: drafter.anchored(text) >= c.relax_after) if drafter and c.relax_after else None,
                     context=torch.tensor([context], device=model.device) if context else None, do_sample=c.do_sample,
                     top_p=c.top_p, temperature=c.temperature, logits_processor=model.phrase_processors_in(kwargs | gate),
                     row=row if len(prompts) > 1 else None, stopping_criteria=character_budget(model, ids.shape[1], budget),
-                    draft=drafters[row].draft if drafters else None,
+                    draft=drafter.draft if drafter else None,
                 )
             outputs.append((out, ids.shape[1]))
         return outputs

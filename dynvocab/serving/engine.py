@@ -241,7 +241,9 @@ class Engine:
         if settings.grounded:
             context = pipeline.context_ids(prepared.documents)
             prompt = model.tokenizer(prepared.job.request.prompt, add_special_tokens=not context)["input_ids"]
-            grounding = {"gamma": pipeline.gamma(prepared.documents),
+            relax = (lambda text: drafter.anchored(text) >= settings.relax_after) if drafter and settings.relax_after \
+                else None
+            grounding = {"gamma": settings.gamma, "relax": relax,
                          "context": torch.tensor([context], device=model.device) if context else None}
         else:
             prompt = admission.prompt_ids

@@ -13,7 +13,7 @@ PHRASE_SOURCES = ("phrases", "documents", "retrieve")
 PIPELINE_SETTINGS = (
     "unit", "min_length", "max_length", "min_count", "max_phrases", "edges", "ranking", "no_repeat_ngram_size",
     "repetition_penalty", "agreement_top_k", "phrase_max_uses", "first_token_mass", "phrase_bias", "context_tokens",
-    "state_threshold", "verify_top_k", "draft_tokens", "gamma", "relax_above", "read_documents", "read_tokens",
+    "state_threshold", "verify_top_k", "draft_tokens", "gamma", "relax_after", "read_documents", "read_tokens",
     "cite_tokens",
 )
 
@@ -65,7 +65,7 @@ class CompletionRequest(BaseModel):
     # writes every token, phrases and drafts propose, copied spans cite their documents
     grounded: bool | None = None
     gamma: float | None = Field(None, gt=0.0, le=1.0)
-    relax_above: float | None = None
+    relax_after: int | None = Field(None, ge=0)
     read_documents: int | None = Field(None, ge=0)
     read_tokens: int | None = Field(None, ge=0)
     cite_tokens: int | None = Field(None, ge=1)

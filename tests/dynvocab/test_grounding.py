@@ -166,3 +166,29 @@ def test_grounded_decoding_refuses_a_bad_gamma_or_context(llama, tokenizer):
         generate_verified(llama, prompt, 2, gamma=1.0, context=prompt[0])
     with pytest.raises(ValueError, match="no phrase table"):
         generate_verified(llama, prompt, 2)
+
+
+def test_a_draft_is_relaxed_only_where_relax_allows_it():
+    table = torch.log(torch.tensor([
+        [0.01, 0.97, 0.01, 0.01],
+        [0.1, 0.1, 0.5, 0.3],
+        [0.02, 0.02, 0.94, 0.02],
+        [0.01, 0.97, 0.01, 0.01],
+    ]))
+    for relax, kept in ((lambda text: False, [1, 2]), (lambda text: True, [1, 3, 1, 3, 1])):
+        drafts = iter([[1, 3, 1, 3, 0]] + [[]] * 10)
+        out = generate_verified(TableLM(table), torch.tensor([[0]]), 2, gamma=0.5, draft=lambda text: next(drafts),
+                                relax=relax)
+        assert out.sequences[0, 1:].tolist() == kept
+
+
+def test_the_drafter_tells_how_long_a_verbatim_run_its_draft_continues():
+    document = [5, 6, 7, 8, 9, 10, 11]
+    drafter = DocumentDrafter([document], draft_tokens=2, min_context=2)
+    assert drafter.draft([1, 2, 7, 8]) == [9, 10] and drafter.anchored([1, 2, 7, 8]) == 2
+    assert drafter.draft([1, 2, 7, 8, 9, 10]) == [11] and drafter.anchored([1, 2, 7, 8, 9, 10]) == 4
+    copied = DocumentDrafter([document], draft_tokens=2, min_context=2)
+    assert copied.draft([5, 6, 7]) == [8, 9] and copied.anchored([5, 6, 7]) == 3
+    assert copied.draft([5, 6, 7, 3]) == [] and copied.anchored([5, 6, 7, 3]) == 0  # nothing drafted
+    own = DocumentDrafter([], draft_tokens=2, min_context=2)
+    assert own.draft([1, 2, 3, 1, 2]) == [3, 1] and own.anchored([1, 2, 3, 1, 2]) == 0  # a draft from the text itself

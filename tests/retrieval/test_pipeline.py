@@ -288,15 +288,11 @@ def test_grounded_decoding_cites_what_it_copies_at_its_offsets(pipeline):
     assert "^1" in result.marked() and result.to_dict()["cited_share"] == result.cited_share
 
 
-def test_the_confidence_gate_relaxes_only_above_its_retrieval_score(pipeline):
-    found = [{"text": "x", "score": 0.5}]
-    pipeline.config = PipelineConfig(gamma=0.2, relax_above=0.6)
-    assert pipeline.gamma(found) == 1.0 and pipeline.gamma([]) == 1.0
-    pipeline.config = PipelineConfig(gamma=0.2, relax_above=0.4)
-    assert pipeline.gamma(found) == 0.2
-    pipeline.config = PipelineConfig(gamma=0.2, relax_above=None)
-    assert pipeline.gamma([]) == 0.2
+def test_grounded_settings_are_checked():
     with pytest.raises(ValueError, match="gamma=0"):
         PipelineConfig(gamma=0.0)
     with pytest.raises(ValueError, match="pass grounded=False for verify_top_k"):
         PipelineConfig(verify_top_k=1)
+    with pytest.raises(ValueError, match="relax_after=-1"):
+        PipelineConfig(relax_after=-1)
+    assert PipelineConfig().draft_tokens == 8 and PipelineConfig(grounded=False).draft_tokens == 0
