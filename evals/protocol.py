@@ -343,9 +343,14 @@ class Generators:
         if spec.base.startswith("bare-rag"):
             with timer.stage("retrieve"):
                 found = self.index.search_documents(prompts, k=spec.get("docs", self.config.rag_documents))
-            if kwargs.get("no_repeat_ngram_size"):  # the guard judges the continuation, never the documents it reads
-                kwargs["logits_processor"] = LogitsProcessorList(
-                    [PhraseNoRepeatNGram(kwargs.pop("no_repeat_ngram_size"), self.lm.config.vocab_size, [], "new")])
+        guard = kwargs.pop("no_repeat_ngram_size", 0) if spec.base.startswith("bare-rag") else 0
+
+        def guarded() -> dict:
+            """``kwargs`` with a fresh n-gram guard over what one ``generate`` call writes: the continuation, never
+            the documents it reads (a guard keeps the width of the first call it sees)."""
+            return kwargs | ({"logits_processor": LogitsProcessorList(
+                [PhraseNoRepeatNGram(guard, self.lm.config.vocab_size, [], "new")])} if guard else {})
+
         budgets = [len(item["reference"]) for item in items]
         with timer.stage("decode"):
             encoded = [in_context_ids(self.tokenizer, documents, self.config.rag_document_tokens)
@@ -353,10 +358,10 @@ class Generators:
                        for documents, prompt in zip(found, prompts)]
             if spec.base == "bare-rag-lookup":  # transformers' prompt lookup decodes one prompt at a time
                 kwargs["prompt_lookup_num_tokens"] = spec.get("lookup", self.config.lookup_tokens)
-                new = [generate_continuations(self.lm, [ids], pad_id(self.tokenizer), max_chars=[budget], **kwargs)[0]
+                new = [generate_continuations(self.lm, [ids], pad_id(self.tokenizer), max_chars=[budget], **guarded())[0]
                        for ids, budget in zip(encoded, budgets)]
             else:
-                new = generate_continuations(self.lm, encoded, pad_id(self.tokenizer), max_chars=budgets, **kwargs)
+                new = generate_continuations(self.lm, encoded, pad_id(self.tokenizer), max_chars=budgets, **guarded())
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in new]
         latency = {stage: seconds / len(items) for stage, seconds in timer.totals().items()}
         latency = dict.fromkeys(STAGES, 0.0) | latency

@@ -228,6 +228,7 @@ class PipelineResult:
     latency: dict[str, float]
     citations: list[Citation] = field(default_factory=list)
     copied_tokens: int = 0
+    grounded: bool = False
 
     @property
     def phrase_steps(self) -> int:
@@ -254,6 +255,19 @@ class PipelineResult:
             for s in self.segments
         ]
         return "".join(parts)
+
+    def sources(self) -> list[str]:
+        """What ``marked()``'s numbers stand for, one line each: the cited documents with the characters where each
+        cited span starts in them, or the phrases' source documents."""
+        if self.citations:
+            lines = []
+            for number in sorted({c.document for c in self.citations}):
+                document = self.documents[number]
+                starts = ", ".join(str(c.document_start) for c in self.citations if c.document == number)
+                lines.append(f"^{number + 1} {document.get('title') or document.get('id')} (characters {starts})")
+            return lines
+        phrased = dict.fromkeys(s.source for s in self.segments if s.is_phrase and s.source)
+        return [f"^{number} {source}" for number, source in enumerate(phrased, 1)]
 
     def to_dict(self) -> dict:
         result = asdict(self)
@@ -395,7 +409,7 @@ class PhrasePipeline:
         results = [self._result(*fields, shares, row=i if len(prompts) > 1 else None) for i, fields in enumerate(rows)]
         if c.grounded:
             for result, ids, count in zip(results, new, copied):
-                result.citations, result.copied_tokens = self.citations(result, ids), count
+                result.citations, result.copied_tokens, result.grounded = self.citations(result, ids), count, True
         return results
 
     def read(self, documents: list[dict]) -> list[dict]:

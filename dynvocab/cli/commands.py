@@ -142,8 +142,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
     for prompt in args.prompt:
         result = pipeline(prompt)
         print(prompt + result.marked())
-        for number, source in enumerate(dict.fromkeys(s.source for s in result.segments if s.is_phrase and s.source), 1):
-            print(f"  ^{number} {source}")
+        for line in result.sources():
+            print("  " + line)
         print("  latency: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in result.latency.items()))
 
 

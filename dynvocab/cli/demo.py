@@ -89,19 +89,14 @@ def bare_continuation(model: DynamicVocabLM, prompt: str, max_new_tokens: int, n
 def print_result(title: str, result, bare: dict) -> None:
     print(f"=== {title}")
     print(f"prompt: {result.prompt}")
-    if result.citations or result.copied_tokens:  # grounded: cited spans, numbered by the document they stand in
+    if result.grounded:  # cited spans, numbered by the document they stand in
         print(f"grounded ({result.steps} steps, {result.copied_tokens} tokens copied from drafts and phrases, "
               f"{100 * result.cited_share:.0f}% cited, [span]^n = found verbatim in document n):")
-        print("  " + result.marked().replace("\n", " "))
-        for number in sorted({c.document for c in result.citations}):
-            document = result.documents[number]
-            offsets = ", ".join(str(c.document_start) for c in result.citations if c.document == number)
-            print(f"  ^{number + 1} {document.get('title') or document.get('id')} (characters {offsets})")
     else:
         print(f"dynamic ({result.steps} steps, {result.phrase_steps} phrases, [span]^n = phrase from source n):")
-        print("  " + result.marked().replace("\n", " "))
-        for number, source in enumerate(dict.fromkeys(s.source for s in result.segments if s.is_phrase and s.source), 1):
-            print(f"  ^{number} {source}")
+    print("  " + result.marked().replace("\n", " "))
+    for line in result.sources():
+        print("  " + line)
     print(f"bare LM ({bare['steps']} steps): {bare['text'].strip()}".replace("\n", " "))
     stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in result.latency.items())
     print(f"latency: {stages}; total {sum(result.latency.values()):.2f} s vs bare LM {bare['seconds']:.2f} s\n")

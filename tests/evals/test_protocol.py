@@ -105,11 +105,11 @@ def test_retrieval_baselines_ablations_and_mauve_bounds(workspace):
     assert "| dynamic:readback=vector:no_repeat=3 |" in report.split("Ablations against")[1]
 
 
-def test_grounded_systems_are_scored_for_closeness_citations_and_time_against_the_reading_baselines(workspace):
+def test_grounded_systems_are_scored_for_closeness_citations_and_time_against_the_reading_baselines(workspace, _gpt2_tokenizer):
     out = workspace / "out-grounded"
     systems = "bare,bare-rag,bare-rag-lookup,grounded:gamma=1,grounded,grounded-suffix:gamma=0.2"
     main(eval_args(workspace) + ["--systems", systems, "--rag-documents", "2", "--latency-prompts", "2",
-                                 "--mauve-permutations", "0", "--output-dir", str(out)])
+                                 "--mauve-permutations", "0", "--no-repeat-ngram-size", "2", "--output-dir", str(out)])
     results = json.loads((out / "results.json").read_text())
     figures = results["results"]
     assert results["systems"]["grounded-suffix:gamma=0.2"]["gamma"] == 0.2
@@ -127,6 +127,9 @@ def test_grounded_systems_are_scored_for_closeness_citations_and_time_against_th
     assert figures["grounded:gamma=1"]["rougeL"] == figures["bare-rag"]["rougeL"]
     assert all(0 <= figures[s]["copied_share"] <= 1 for s in systems.split(",") if s != "bare")
     assert all(r["cited_verbatim"] for r in records if "cited_verbatim" in r)
+    for record in records:  # the guard holds on every continuation, prompt lookup's one at a time too
+        ids = _gpt2_tokenizer(record["text"]).input_ids
+        assert len(set(zip(ids, ids[1:]))) == len(ids) - 1, record["system"]
     report = (out / "report.md").read_text()
     assert "| grounded:gamma=1 | " in report.split("Closeness to what the author wrote next")[1]
     assert "+0.00 [+0.00, +0.00]" in report  # grounded:gamma=1 against bare-rag

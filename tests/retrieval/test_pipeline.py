@@ -286,6 +286,8 @@ def test_grounded_decoding_cites_what_it_copies_at_its_offsets(pipeline):
         source = result.documents[c.document]["text"]
         assert source[c.document_start : c.document_start + len(c.text)] == c.text
     assert "^1" in result.marked() and result.to_dict()["cited_share"] == result.cited_share
+    assert result.grounded and result.sources() == [
+        f"^1 New York (characters {', '.join(str(c.document_start) for c in result.citations)})"]
 
 
 def test_grounded_settings_are_checked():
