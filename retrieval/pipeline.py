@@ -42,8 +42,8 @@ _DOCUMENT_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: the reason in results/wikipedia-greedy-bias2/).
 #: grounded decoding's defaults, chosen on development prompts (docs/grounded.md): the relaxation, the verbatim run
 #: of the text a document must hold before it applies, and the draft length
-GROUNDED_GAMMA = 1.0
-GROUNDED_RELAX_AFTER = 0
+GROUNDED_GAMMA = 0.05
+GROUNDED_RELAX_AFTER = 4
 GROUNDED_DRAFT_TOKENS = 8
 
 DECODING_DEFAULTS = {

@@ -50,7 +50,8 @@ def test_grounded_requests_write_the_lm_text_given_their_documents_alone_and_que
     engine = make_engine()
     bare = lm_text(engine, [], PROMPT, 48)
     requests = [{"prompt": PROMPT, "max_tokens": 12, "documents": [PROMPT + bare], "gamma": 1.0},
-                {"prompt": "A bridge", "max_tokens": 10, "documents": ["The old bridge crosses the river.", "Rivers."]},
+                {"prompt": "A bridge", "max_tokens": 10, "documents": ["The old bridge crosses the river.", "Rivers."],
+                 "gamma": 1.0},
                 {"prompt": PROMPT, "max_tokens": 12, "documents": ["Nothing about it."], "gamma": 1.0}]
     together = decode_all(engine, requests)
     for fields, completion in zip(requests, together):
