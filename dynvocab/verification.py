@@ -107,9 +107,8 @@ def generate_verified(
     ``logits_processor`` sees the mixed ids and the ``(1, V + P)`` scores of each step, like ``generate``'s. ``draft``
     maps the text so far as token ids (prompt included) to the tokens proposed after it; ``relax(text)`` says whether
     the proposals drafted for ``text`` may be kept by ``gamma`` (else only as the LM's own greedy tokens; default:
-    always). ``on_step`` hears the mixed
-    ids each step kept (a phrase, a token, or a token and its kept draft), as they are written; returning True ends
-    decoding there (a server's stop string, cancellation or token limit).
+    always). ``on_step`` hears the mixed ids each step kept (a phrase, a token, or a token and its kept draft), as they
+    are written; returning True ends decoding there (a server's stop string, cancellation or token limit).
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"generate_verified decodes one prompt: input_ids must be (1, L), got {tuple(input_ids.shape)}")
