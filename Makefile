@@ -34,9 +34,10 @@ test: assets
 test-slow: assets
 	$(OFFLINE) $(BIN)/python -m pytest -q -m slow
 
-# on a machine with a CUDA device: the core's GPU paths against its CPU paths, and training where PartialState puts it
+# on a machine with a CUDA device: the core's GPU paths against its CPU paths, faiss-gpu against faiss-cpu (install the
+# gpu extra: pip uninstall faiss-cpu && pip install -e ".[gpu]"), and training where PartialState puts it
 test-gpu: assets
-	$(OFFLINE) $(BIN)/python -m pytest -q -m "gpu or not slow" $(addprefix tests/dynvocab/,test_cuda.py test_shortlist.py) \
+	$(OFFLINE) $(BIN)/python -m pytest -q -m "gpu or not slow" $(addprefix tests/dynvocab/,test_cuda.py test_shortlist.py) tests/retrieval/index/test_faiss_gpu.py \
 		$(addprefix tests/dynvocab/training/,test_state_cache.py test_loss.py test_trainer.py)
 
 # the page's test in headless Chromium (Debian's package, driven by Playwright), and its screenshot for the docs

@@ -14,7 +14,7 @@ from .shortlist_scorer import ShortlistScorer
 from .state_keys import StateKeys, state_keys
 from .state_store import DocumentStates
 from .text import Segment
-from .verification import VerifiedOutput, generate_verified
+from .verification import VerifiedOutput, generate_grounded, generate_verified
 
 __all__ = [
     "DocumentStates",
@@ -34,6 +34,7 @@ __all__ = [
     "ShortlistScorer",
     "StateKeys",
     "VerifiedOutput",
+    "generate_grounded",
     "generate_verified",
     "left_contexts",
     "pack_linear_layers",

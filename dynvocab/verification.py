@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+from .sampling import choose, sampling_warpers
 
 __all__ = ["VerifiedOutput", "accept_relaxed", "accept_sampled", "draft_step_cost", "forward_seconds",
-           "generate_verified"]
+           "generate_grounded", "generate_verified"]
 
 
 @dataclass
@@ -58,10 +59,7 @@ class VerifiedOutput:
 
 def _choose(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessorList, ids: torch.Tensor) -> int:
     """The next id from one row's ``(V + P,)`` scores: the best, or sampled after the warpers (which take batches)."""
-    if not do_sample:
-        return int(scores.argmax(-1))
-    probs = torch.softmax(warpers(ids, scores[None])[0], dim=-1)
-    return int(torch.multinomial(probs, 1))
+    return int(choose(warpers(ids, scores[None]), do_sample)[0])
 
 
 def accept_relaxed(probs: torch.Tensor, token: int, gamma: float) -> bool:
@@ -98,6 +96,7 @@ def generate_verified(
     draft: Callable[[list[int]], list[int]] | None = None,
     relax: Callable[[list[int]], bool] | None = None,
     on_step: Callable[[list[int]], bool] | None = None,
+    past_key_values: DynamicCache | None = None,
 ) -> VerifiedOutput:
     """Decode ``max_new_tokens`` steps from ``input_ids`` ``(1, L)`` (token ids) with verified phrases and drafts.
 
@@ -109,6 +108,8 @@ def generate_verified(
     the proposals drafted for ``text`` may be kept by ``gamma`` (else only as the LM's own greedy tokens; default:
     always). ``on_step`` hears the mixed ids each step kept (a phrase, a token, or a token and its kept draft), as they
     are written; returning True ends decoding there (a server's stop string, cancellation or token limit).
+    ``past_key_values`` may hold the first tokens of ``context`` + ``input_ids`` already (a prefix shared with earlier
+    calls): only the rest is read; decoding appends to it.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"generate_verified decodes one prompt: input_ids must be (1, L), got {tuple(input_ids.shape)}")
@@ -126,15 +127,19 @@ def generate_verified(
     masks = table.row_masks() if table is not None else None
     mask = None if row is None or masks is None else masks[row : row + 1].to(model.device)
     processors = logits_processor or LogitsProcessorList()
-    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature), TopPLogitsWarper(top_p)] if do_sample else [])
+    warpers = sampling_warpers(do_sample, temperature, top_p=top_p)
     stopping = stopping_criteria or StoppingCriteriaList()
     eos = model.generation_config.eos_token_id if eos_token_id is None else eos_token_id
     ends = set(eos) if isinstance(eos, list) else set() if eos is None else {eos}
     ids = input_ids.to(model.device)
     text = table.spell(ids[0].tolist()) if table is not None else ids[0].tolist()  # token ids, for ``draft``
     read = ids if context is None else torch.cat([context.to(ids.device), ids], dim=1)
-    cache = DynamicCache()
-    logits = _forward(model, read, cache, mask, last_only=True)[:, -1]
+    cache = past_key_values if past_key_values is not None else DynamicCache()
+    done = cache.get_seq_length()
+    if done >= read.shape[1]:
+        raise ValueError(f"past_key_values holds {done} tokens of an input of {read.shape[1]}: keep at least its last "
+                         "token out of it, to be read now")
+    logits = _forward(model, read[:, done:], cache, mask, last_only=True)[:, -1]
     steps = cut = 0
     kept_spans: list[int] = []
     refused: int | None = None  # a sampled proposal the LM refused: left out of the next draw
@@ -177,6 +182,19 @@ def generate_verified(
         if heard_enough or tokens[kept - 1] in ends or _stops(stopping, ids, [], scores):
             break
     return VerifiedOutput(ids, steps, cut, kept_spans)
+
+
+def generate_grounded(model, input_ids: torch.LongTensor, max_new_tokens: int, *, gamma: float, drafter=None,
+                      relax_after: int = 0, **kwargs) -> VerifiedOutput:
+    """Grounded decoding (``generate_verified`` with ``gamma``) with drafts from ``drafter`` (a
+    ``dynvocab.drafting.DocumentDrafter`` over the documents read), relaxed by ``gamma`` only inside a copy under way:
+    where at least ``relax_after`` of the text's last tokens stand verbatim before the draft in its document (0:
+    everywhere). ``kwargs`` go to ``generate_verified`` (``context``, ``do_sample``, ``logits_processor``, ...)."""
+    relax = None
+    if drafter is not None and relax_after:
+        relax = lambda text: drafter.anchored(text) >= relax_after  # noqa: E731
+    return generate_verified(model, input_ids, max_new_tokens, gamma=gamma, relax=relax,
+                             draft=drafter.draft if drafter is not None else None, **kwargs)
 
 
 def _forward(model, ids: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None,

@@ -368,19 +368,26 @@ class Generators:
         return [{"text": text, "steps": len(ids), "phrase_steps": 0, "phrases": 0, "latency": latency,
                  **self._cited(ids, documents)} for text, ids, documents in zip(texts, new, found)]
 
-    def _cited(self, ids: list[int], documents: list[dict], copied: int = 0) -> dict:
-        """What a continuation (LM token ids) copied and cites from the documents in its context (none: {})."""
-        from dynvocab.citations import cite, cited_share
+    def _cited(self, ids: list[int], documents: list[dict]) -> dict:
+        """What a continuation (LM token ids) cites from the documents in its context (none: {})."""
+        from dynvocab.citations import cite
 
         if not documents:
             return {}
         special = set(self.tokenizer.all_special_ids)
         tokens = [t for t in ids if t not in special]
         citations = cite(tokens, [d["text"] for d in documents], self.tokenizer, self.config.cite_tokens)
-        return {"copied_tokens": copied, "tokens": len(tokens), "citations": len(citations),
-                "cited_share": cited_share(citations, self.tokenizer.decode(tokens)),
-                "cited_verbatim": all(d["text"][c.document_start :].startswith(c.text)
-                                      for c in citations for d in [documents[c.document]])}
+        return self._citation_record(citations, documents, self.tokenizer.decode(tokens), copied=0)
+
+    def _citation_record(self, citations: list, documents: list[dict], text: str, copied: int) -> dict:
+        """A continuation's copied tokens, its tokens, and its citations: their count, the share of its characters
+        they cover, and whether each stands verbatim at its offset in its document."""
+        from dynvocab.citations import cited_share
+
+        return {"copied_tokens": copied, "tokens": len(self.tokenizer(text, add_special_tokens=False).input_ids),
+                "citations": len(citations), "cited_share": cited_share(citations, text),
+                "cited_verbatim": all(documents[c.document]["text"][c.document_start :].startswith(c.text)
+                                      for c in citations)}
 
     def _multiword(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
         """The MWT baseline under the reference's character budget."""
@@ -398,37 +405,42 @@ class Generators:
                  "phrase_steps": sum(i >= vocab.vocab_size for i in ids), "phrases": len(vocab), "latency": latency}
                 for ids in new]
 
+    def _shared_settings(self, spec: SystemSpec) -> dict:
+        """The pipeline settings of every phrase system: documents, phrases, decoding and its safeguards."""
+        c = self.config
+        return dict(
+            top_k=c.top_k_docs, max_phrases=spec.max_phrases or c.max_phrases, max_new_tokens=2 * c.continuation_tokens,
+            do_sample=c.decoding == "nucleus", top_p=c.top_p, edges=spec.get("edges", c.edges),
+            ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
+            repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
+            phrase_max_uses=spec.get("uses", c.phrase_max_uses), phrase_bias=float(spec.get("bias", c.phrase_bias)),
+        )  # the PipelineConfig's generation_kwargs() are what sampling() gives the other systems
+
     def _pipeline_config(self, spec: SystemSpec):
         from retrieval.pipeline import PipelineConfig
 
         c = self.config
-        max_phrases = 0 if spec.base == "dynamic-no-phrases" else spec.max_phrases or c.max_phrases
+        settings = self._shared_settings(spec)
+        if spec.base == "dynamic-no-phrases":
+            settings["max_phrases"] = 0
         return PipelineConfig(
-            grounded=False, top_k=c.top_k_docs, max_phrases=max_phrases, max_new_tokens=2 * c.continuation_tokens,
-            do_sample=c.decoding == "nucleus", top_p=c.top_p, edges=spec.get("edges", c.edges),
-            ranking=spec.get("ranking", c.ranking), no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
-            repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=spec.get("agree", c.agreement_top_k),
-            phrase_max_uses=spec.get("uses", c.phrase_max_uses), context_tokens=spec.get("context", c.context_tokens),
-            state_threshold=spec.get("state", None),
-            verify_top_k=spec.get("verify", c.verify_top_k), draft_tokens=spec.get("draft", c.draft_tokens),
-            draft_step_cost=spec.get("draft_cost", None),
+            grounded=False, **settings, context_tokens=spec.get("context", c.context_tokens),
+            state_threshold=spec.get("state", None), verify_top_k=spec.get("verify", c.verify_top_k),
+            draft_tokens=spec.get("draft", c.draft_tokens), draft_step_cost=spec.get("draft_cost", None),
             first_token_mass=bool(spec.get("mass", c.first_token_mass)),
-            phrase_bias=float(spec.get("bias", c.phrase_bias)),
-        )  # its generation_kwargs() are what sampling() gives the other systems
+        )
 
     def _grounded_config(self, spec: SystemSpec):
         from retrieval.pipeline import PipelineConfig
 
         c = self.config
+        settings = self._shared_settings(spec)
+        if spec.base == "grounded-suffix":
+            settings["max_phrases"] = 0
         return PipelineConfig(
-            grounded=True, top_k=c.top_k_docs, max_phrases=0 if spec.base == "grounded-suffix" else spec.max_phrases or c.max_phrases,
-            max_new_tokens=2 * c.continuation_tokens, do_sample=c.decoding == "nucleus", top_p=c.top_p,
-            edges=c.edges, ranking=c.ranking, no_repeat_ngram_size=spec.get("no_repeat", c.no_repeat_ngram_size),
-            repetition_penalty=spec.get("penalty", c.repetition_penalty), agreement_top_k=c.agreement_top_k,
-            phrase_max_uses=c.phrase_max_uses, first_token_mass=False, phrase_bias=float(c.phrase_bias),
-            gamma=spec.get("gamma", c.gamma), relax_after=spec.get("relax", c.relax_after),
-            read_documents=spec.get("docs", c.rag_documents), read_tokens=c.rag_document_tokens,
-            draft_tokens=spec.get("draft", None), cite_tokens=c.cite_tokens,
+            grounded=True, **settings, first_token_mass=False, gamma=spec.get("gamma", c.gamma),
+            relax_after=spec.get("relax", c.relax_after), read_documents=spec.get("docs", c.rag_documents),
+            read_tokens=c.rag_document_tokens, draft_tokens=spec.get("draft", None), cite_tokens=c.cite_tokens,
         )
 
     def _grounded(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
@@ -440,15 +452,9 @@ class Generators:
         model.dynvocab_config.readback = spec.get("readback", self.config.readback)
         pipeline = PhrasePipeline(model, self.index, self._grounded_config(spec))
         results = pipeline.batch([item["prompt"] for item in items], max_chars=[len(item["reference"]) for item in items])
-        records = []
-        for r in results:
-            tokens = self.tokenizer(r.text, add_special_tokens=False).input_ids
-            records.append({"text": r.text, "steps": r.steps, "phrase_steps": r.phrase_steps, "phrases": r.num_phrases,
-                            "latency": r.latency, "copied_tokens": r.copied_tokens, "tokens": len(tokens),
-                            "citations": len(r.citations), "cited_share": r.cited_share,
-                            "cited_verbatim": all(r.documents[c.document]["text"][c.document_start :].startswith(c.text)
-                                                  for c in r.citations)})
-        return records
+        return [{"text": r.text, "steps": r.steps, "phrase_steps": r.phrase_steps, "phrases": r.num_phrases,
+                 "latency": r.latency, **self._citation_record(r.citations, r.documents, r.text, r.copied_tokens)}
+                for r in results]
 
     def _dynamic(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
         from retrieval.pipeline import PhrasePipeline

@@ -50,6 +50,8 @@ def time_steps(model: DynamicVocabLM, prompt: torch.Tensor, steps: int, repeats:
         # eos_token_id=None: exactly n steps without min_new_tokens, whose processor scans all V + P ids each step
         start = time.perf_counter()
         out = model.generate(prompt, max_new_tokens=n, do_sample=False, eos_token_id=None)
+        if prompt.is_cuda:
+            torch.cuda.synchronize(prompt.device)  # the last step's kernels, queued, are part of its time
         seconds = time.perf_counter() - start
         if out.shape[1] != prompt.shape[1] + n:
             raise RuntimeError(f"generate made {out.shape[1] - prompt.shape[1]} steps, not {n}: the timing would be wrong")

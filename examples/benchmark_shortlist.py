@@ -82,7 +82,7 @@ def agreement(model, head: ShortlistHead, texts: list[str], probes: list[int], m
     totals = {k: {"agree": 0.0, "recall10": 0.0, "candidates": 0.0} for k in probes}
     positions = 0
     for text in texts:
-        ids = model.tokenizer(text, return_tensors="pt").input_ids[:, :max_tokens]
+        ids = model.tokenizer(text, return_tensors="pt").input_ids[:, :max_tokens].to(model.lm.device)
         out = model.lm(ids, output_hidden_states=True)
         hidden, lm_logits = out.hidden_states[-1][0], out.logits[0]  # (T, d), (T, V)
         full = exact(hidden[None], vectors)[0]  # (T, P)
@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--texts", type=int, default=16, help="held-out leads for the agreement figures")
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens per agreement text")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="'cuda': the LM, the table and the head on the GPU; memory is "
+                                                        "then the GPU's allocated bytes")
     parser.add_argument("--output", default=None, help="write the results JSON (and a .md beside it) here")
     parser.add_argument("--vectors-cache", default=None, help="safetensors file: phrase vectors saved by an earlier run "
                         "are reused (the pool and checkpoint must be the same), else written after encoding")
@@ -144,8 +146,10 @@ def main(argv: list[str] | None = None) -> dict:
     probes = [int(k) for k in args.probes.split(",")]
     config = ShortlistConfig(**(SCORER_DEFAULTS | {"probe": args.probe, "cluster_size": args.cluster_size}),
                              exact_below=min(sizes))
-    model = load_dynamic_lm(args.model, None if args.checkpoint == "none" else args.checkpoint)
+    device = torch.device(args.device)
+    model = load_dynamic_lm(args.model, None if args.checkpoint == "none" else args.checkpoint).to(device)
     model.dynvocab_config.phrase_dtype = "bfloat16"
+    memory_gb = resident_gb if device.type == "cpu" else lambda settle=False: torch.cuda.memory_allocated(device) / 1e9
     # Timed steps read an emitted phrase back as one vector, so every step feeds one position, as the bare LM's
     # does: the token read-back adds the phrase's other tokens to the next step, a cost of the read-back, not the head.
     model.dynvocab_config.readback = "vector"
@@ -157,30 +161,30 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"phrase pool: {len(pool)} token n-grams in {time.perf_counter() - start:.0f} s")
     results: dict = {"settings": vars(args) | {"shortlist": config.to_dict()}, "pool": len(pool)}
 
-    before = resident_gb(settle=True)
+    before = memory_gb(settle=True)
     start = time.perf_counter()
     cache = Path(args.vectors_cache) if args.vectors_cache else None
     if cache is not None and cache.exists():
         model.phrase_table.add(pool[: max(sizes)])
-        model.restore_phrase_output_vectors(load_file(cache)["output"].clone())
+        model.restore_phrase_output_vectors(load_file(cache)["output"].clone().to(device))
     else:
         model.set_phrases(pool[: max(sizes)], mid_sentence_forms=False)
         if cache is not None:
             save_file({"output": model.phrase_output_vectors().contiguous()}, cache)
     results["encode_s"] = time.perf_counter() - start
-    table_gb = resident_gb(settle=True) - before
+    table_gb = memory_gb(settle=True) - before
     results["vectors_gb"] = model.phrase_output_vectors().numel() * model.phrase_output_vectors().element_size() / 1e9
-    prompt = tokenizer(leads[5000]["text"][:200], return_tensors="pt").input_ids[:, :32]
+    prompt = tokenizer(leads[5000]["text"][:200], return_tensors="pt").input_ids[:, :32].to(device)
     texts = [d["text"] for d in corpus_split("wikipedia")[1][: args.texts]]
     for size in sorted(sizes, reverse=True):
         model.set_phrases(pool[:size], mid_sentence_forms=False)
         shortlist = ShortlistScorer(model.phrase_table, config)
-        rss, start = resident_gb(settle=True), time.perf_counter()
+        rss, start = memory_gb(settle=True), time.perf_counter()
         head = shortlist.fit(model.phrase_output_vectors())
         results[f"fit_s_{size}"] = time.perf_counter() - start
         results[f"head_mb_{size}"] = sum(b.numel() * b.element_size() for b in head.buffers()) / 1e6
         if size == max(sizes):
-            results["memory_gb"] = {"table_and_vectors": table_gb, "head": resident_gb(settle=True) - rss}
+            results["memory_gb"] = {"table_and_vectors": table_gb, "head": memory_gb(settle=True) - rss}
         results[f"clusters_{size}"], results[f"subset_width_{size}"] = head.num_clusters, head.subsets.shape[1]
         results[f"steps_{size}"] = paired_step_ratios(bare, model, {"shortlist": shortlist, "full": DotProductScorer()},
                                                       prompt, args.steps, args.repeats)

@@ -3,8 +3,10 @@ learned and the training-free (centroid) shortlist, the MiniLM + FAISS dense ret
 latency at batch 1 and batched, a 1e6-id head (random rows past the trained ones) for the timing, and the
 batched beam search against its per-query Python loop.
 
-Documents: the 10,033 Wikipedia leads; docids: their titles (see retrieval.nar.data). Test queries: one
-held-out sentence per lead (a seeded sample) and the 558 FanOutQA dev sub-questions whose evidence is a lead.
+Documents: the 10,033 Wikipedia leads; docids: their titles (see retrieval.nar.data), or, as PIXAR trains,
+``--pseudo-queries FILE`` (``dynvocab pseudo-queries``): every lead's pseudo-queries are its docids, each training
+sentence maps to one of them and each pseudo-query to the lead's others. Test queries: one held-out sentence per lead
+(a seeded sample) and the 558 FanOutQA dev sub-questions whose evidence is a lead.
 
     python examples/nar_experiment.py --output results/nar          # the full run (about an hour on 2 cores)
     python examples/nar_experiment.py --tiny --output /tmp/nar      # a smoke run
@@ -93,6 +95,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--latency-queries", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pseudo-queries", default=None, help="JSONL of `dynvocab pseudo-queries`: the docids")
+    parser.add_argument("--augment-pairs", type=int, default=20,
+                        help="with --pseudo-queries: pseudo-query -> other pseudo-query pairs a lead (the paper: 20)")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--report-only", action="store_true", help="rewrite report.md from the output's results.json")
     args = parser.parse_args(argv)
@@ -125,7 +130,19 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"command": "python examples/nar_experiment.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "settings": vars(args), "versions": {"torch": torch.__version__, "python": platform.python_version()},
               "train_pairs": len(split.train_queries), "tests": {k: len(v[0]) for k, v in tests.items()}, "systems": {}}
+    docids, train_queries, train_targets = titles, split.train_queries, split.train_documents
     document_of_docid = torch.arange(len(titles))
+    if args.pseudo_queries:
+        from retrieval.nar.pseudo_queries import read_pseudo_queries
+
+        pseudo = read_pseudo_queries(args.pseudo_queries, leads)
+        if len(pseudo) < len(leads):
+            raise SystemExit(f"{args.pseudo_queries} covers {len(pseudo)} of the {len(leads)} leads; run `dynvocab "
+                             f"pseudo-queries --output {args.pseudo_queries}` again to finish it")
+        docids, document_of_docid, train_queries, train_targets = pseudo_query_docids(
+            pseudo, titles, split.train_queries, split.train_documents,
+            args.augment_pairs, args.seed)
+        report["docids"] = {"pseudo_queries": args.pseudo_queries, "docids": len(docids), "train_pairs": len(train_queries)}
     options = {"x0_pooling": "cls", "position_states": "encoder"}
     features = None
     if args.variant == "projected":
@@ -134,31 +151,31 @@ def main(argv: list[str] | None = None) -> dict:
         probe = NarRetriever.from_encoder(NarConfig(encoder=args.encoder, vocab_size=4, max_query_length=args.max_query_length,
                                                     **options))
         began = time.perf_counter()
-        features = cached_features(probe, split.train_queries)
+        features = cached_features(probe, train_queries)
         report["features_s"] = round(time.perf_counter() - began, 1)
     shortlist = ShortlistConfig(num_clusters=args.clusters, subset_size=args.subset_size, probe=args.probe, seed=args.seed)
     models, tries = {}, {}
     full_rankings: dict[str, list[list[int]]] = {}  # per test, the phrase model's: each shortlist is compared with them
     for kind in args.kinds.split(","):
         began = time.perf_counter()
-        tokenizer = docid_tokenizer(kind, titles, args.vocab_size)
-        lengths = [len(i) for i in tokenizer.encode_batch(titles)]
+        tokenizer = docid_tokenizer(kind, docids, args.vocab_size)
+        lengths = [len(i) for i in tokenizer.encode_batch(docids)]
         report[f"vocab_{kind}"] = {"size": tokenizer.vocab_size, "build_s": round(time.perf_counter() - began, 1),
                                    "mean_tokens_per_docid": round(sum(lengths) / len(lengths), 3), "max_tokens": max(lengths)}
         train = NarTrainConfig(output_dir=str(runs / kind), batch_size=args.batch_size, max_steps=args.steps,
                                save_every=max(args.steps // 4, 1), seed=args.seed, train_layers=args.train_layers,
                                output_learning_rate=args.output_learning_rate)
         began = time.perf_counter()
-        model = train_retriever(tokenizer, titles, split.train_queries, split.train_documents, train, args.encoder,
+        model = train_retriever(tokenizer, docids, train_queries, train_targets, train, args.encoder,
                                 max_query_length=args.max_query_length, features=features, **options)
         report[f"train_{kind}_s"] = round(time.perf_counter() - began, 1)
-        models[kind], tries[kind] = model.eval(), DocidTrie.build(tokenizer.encode_batch(titles), tokenizer.end_id)
+        models[kind], tries[kind] = model.eval(), DocidTrie.build(tokenizer.encode_batch(docids), tokenizer.end_id)
         heads = {"full": None}
         if kind == "phrase":
             began = time.perf_counter()
-            picked = random.Random(args.seed).sample(range(len(split.train_queries)), min(args.cluster_queries, len(split.train_queries)))
-            targets, _ = docid_targets([titles[split.train_documents[i]] for i in picked], tokenizer, model.config.positions)
-            fit_learned = functools.partial(fit_learned_head, model, [split.train_queries[i] for i in picked], targets,
+            picked = random.Random(args.seed).sample(range(len(train_queries)), min(args.cluster_queries, len(train_queries)))
+            targets, _ = docid_targets([docids[train_targets[i]] for i in picked], tokenizer, model.config.positions)
+            fit_learned = functools.partial(fit_learned_head, model, [train_queries[i] for i in picked], targets,
                                             tokenizer.end_id, shortlist, features=None if features is None else features[picked])
             heads["learned shortlist"] = fit_learned()
             report["learned_fit_s"] = round(time.perf_counter() - began, 1)
@@ -180,6 +197,36 @@ def main(argv: list[str] | None = None) -> dict:
     timing(report, models["phrase"], tries["phrase"], document_of_docid, tests, full_rankings, phrase_heads, fit_learned, args)
     _save(output, report)
     return report
+
+
+def pseudo_query_docids(pseudo: list[list[str]], titles: list[str], queries: list[str], documents: list[int],
+                        augment: int, seed: int) -> tuple[list[str], torch.Tensor, list[str], list[int]]:
+    """PIXAR's docids: each lead's pseudo-queries (a string two leads share stays with the first; a lead left with
+    none keeps its title). Returns the docids, each docid's lead, and the training pairs as queries and docid
+    indices: each sentence to one docid of its lead (seeded), and up to ``augment`` pseudo-query -> other
+    pseudo-query pairs a lead."""
+    rng = random.Random(seed)
+    docids: dict[str, int] = {}
+    owned: list[list[int]] = []
+    for number, found in enumerate(pseudo):
+        mine = [docids.setdefault(q, len(docids)) for q in found if q not in docids]
+        if not mine:
+            title = titles[number] if titles[number] not in docids else f"{titles[number]} ({number})"
+            mine = [docids.setdefault(title, len(docids))]
+        owned.append(mine)
+    lead_of = [0] * len(docids)
+    for number, mine in enumerate(owned):
+        for docid in mine:
+            lead_of[docid] = number
+    names = list(docids)
+    pair_queries = list(queries)
+    targets = [rng.choice(owned[document]) for document in documents]
+    for mine in owned:
+        pairs = [(a, b) for a in mine for b in mine if a != b]
+        for a, b in rng.sample(pairs, min(augment, len(pairs))):
+            pair_queries.append(names[a])
+            targets.append(b)
+    return names, torch.tensor(lead_of), pair_queries, targets
 
 
 def dense_reference(report: dict, leads: list[dict], tests: dict) -> None:

@@ -20,7 +20,7 @@ from dynvocab.padding import pad_id
 from dynvocab.state_keys import StateKeys, row_state_keys
 from dynvocab.state_store import DocumentStates
 from dynvocab.stopping import CharacterBudget
-from dynvocab.verification import VerifiedOutput, draft_step_cost, generate_verified
+from dynvocab.verification import VerifiedOutput, draft_step_cost, generate_grounded, generate_verified
 
 from .document_states import attach_document_states, document_token_ids
 from .index.dense import DocumentIndex
@@ -479,13 +479,11 @@ class PhrasePipeline:
             budget = budgets[row] if budgets is not None else None
             with model.state_gate(keys.for_row(row) if keys is not None else None):
                 drafter = drafters[row] if drafters else None
-                out = generate_verified(
-                    model, ids, c.max_new_tokens, gamma=c.gamma,
-                    relax=(lambda text, drafter=drafter: drafter.anchored(text) >= c.relax_after) if drafter and c.relax_after else None,
+                out = generate_grounded(
+                    model, ids, c.max_new_tokens, gamma=c.gamma, drafter=drafter, relax_after=c.relax_after,
                     context=torch.tensor([context], device=model.device) if context else None, do_sample=c.do_sample,
                     top_p=c.top_p, temperature=c.temperature, logits_processor=model.phrase_processors_in(kwargs | gate),
                     row=row if len(prompts) > 1 else None, stopping_criteria=character_budget(model, ids.shape[1], budget),
-                    draft=drafter.draft if drafter else None,
                 )
             outputs.append((out, ids.shape[1]))
         return outputs

@@ -5,13 +5,34 @@ Fixtures live in the ``conftest.py`` files and build on these; tests import from
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from dynvocab.scoring import DotProductScorer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def launch(root: Path, *arguments: str) -> str:
+    """``accelerate launch -m dynvocab ARGUMENTS`` on two CPU processes (gloo), run in ``root``; returns its stdout."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+               "-m", "dynvocab", *arguments]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
 
 
 def tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 16) -> LlamaForCausalLM:

@@ -1,6 +1,6 @@
 """The ``dynvocab`` command line: train, cache-states, train-mwt, index, generate, eval, demo, pretrain-encoder,
-finetune-encoder, soup-encoders, extract-adapter, eval-retrieval, build-vocab, nar-train, nar-search, qa, eval-qa, serve,
-phrase-vectors, document-states."""
+finetune-encoder, soup-encoders, extract-adapter, eval-retrieval, build-vocab, pseudo-queries, nar-train, nar-search, qa,
+eval-qa, serve, phrase-vectors, document-states."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ def cmd_train_mwt(args: argparse.Namespace) -> None:
 def cmd_index(args: argparse.Namespace) -> None:
     from encoders.hybrid import HybridEncoder
     from retrieval import DocumentIndex
+    from retrieval.index.ann import IndexConfig
     from retrieval.index.hybrid import HybridIndex
     from retrieval.loading import document_encoder, is_hybrid_encoder
 
@@ -75,16 +76,22 @@ def cmd_index(args: argparse.Namespace) -> None:
     if not isinstance(source, list) and not Path(source).exists() and Path(source).suffix in (".jsonl", ".txt", ".json"):
         raise FileNotFoundError(f"--data {source!r} does not exist; pass a JSONL or text file, a folder, or 'wikipedia'")
     if is_hybrid_encoder(args.encoder):
+        if args.shards is not None:
+            raise ValueError("--shards builds dense indexes only; drop --shards for a hybrid encoder, or pass a dense "
+                             "--encoder")
         encoder = HybridEncoder.from_pretrained(args.encoder, representation=args.representation)
         with encode_autocast(encoder.device):  # bf16 only where the device computes it natively
             hybrid = HybridIndex.build(source, encoder, candidates=args.candidates, query_terms=args.query_terms,
                                        posting_terms=args.posting_terms, text_field=args.text_field, show_progress_bar=True)
         hybrid.save(args.output)
         print(f"indexed {len(hybrid)} documents{part} (hybrid {hybrid.encoder_info['label']}) into {args.output}")
+    elif args.shards is not None:
+        if not build_from_shards(args, source, part):
+            return  # this process encoded its shard; another run merges
     else:
         encoder = document_encoder(args.encoder)
-        index = DocumentIndex.build(source, encoder, index_type=args.index_type, text_field=args.text_field,
-                                    show_progress_bar=True)
+        index = DocumentIndex.build(source, encoder, config=IndexConfig(index_type=args.index_type, pq_m=args.pq_m),
+                                    text_field=args.text_field, show_progress_bar=True)
         index.save(args.output)
         print(f"indexed {len(index)} documents{part} ({index.kind}) into {args.output}")
     args.index = args.output
@@ -92,6 +99,57 @@ def cmd_index(args: argparse.Namespace) -> None:
         cmd_phrase_vectors(args)
     if args.document_states:
         cmd_document_states(args)
+
+
+def build_from_shards(args: argparse.Namespace, source, part: str) -> bool:
+    """Encode the shards this process owns that are missing, then (main process, all shards there) merge them into
+    the index at ``--output``; returns whether the index was written."""
+    import time
+
+    from accelerate import PartialState
+    from retrieval import DocumentIndex
+    from retrieval.index.ann import IndexConfig
+    from retrieval.index.documents import load_documents
+    from retrieval.index.shards import encode_shard, missing_shards, read_shards, shard_rows
+    from retrieval.loading import document_encoder
+
+    from ..precision import cpu_processes, encode_autocast
+
+    state = PartialState(cpu=cpu_processes())
+    num_shards = args.num_shards or state.num_processes
+    if num_shards < 1:
+        raise ValueError(f"--num-shards {num_shards} must be >= 1")
+    if args.shard is not None and not 0 <= args.shard < num_shards:
+        raise ValueError(f"--shard {args.shard} does not exist in --num-shards {num_shards}; pass 0..{num_shards - 1}")
+    documents = load_documents(source, text_field=args.text_field)
+    encoder = document_encoder(args.encoder, device=state.device)
+    mine = [args.shard] if args.shard is not None else list(range(state.process_index, num_shards, state.num_processes))
+    todo = [shard for shard in missing_shards(args.shards, num_shards) if shard in mine]
+    start = time.perf_counter()
+    with encode_autocast(encoder.device):
+        for shard in todo:
+            encode_shard(documents, encoder, args.shards, shard, num_shards, show_progress_bar=state.is_main_process)
+    seconds = time.perf_counter() - start
+    encoded = sum(len(shard_rows(len(documents), shard, num_shards)) for shard in todo)
+    print(json.dumps({"process": state.process_index, "shards_encoded": todo, "documents": encoded,
+                      "seconds": round(seconds, 2), "documents_per_s": round(encoded / seconds, 1) if encoded else None}))
+    if args.shard is not None:
+        missing = missing_shards(args.shards, num_shards)
+        if missing:
+            print(f"shard {args.shard} of {num_shards} is in {args.shards}; {len(missing)} still missing. When every "
+                  f"shard is there: dynvocab index --data {args.data} --shards {args.shards} --num-shards "
+                  f"{num_shards} --output {args.output}")
+            return False
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        return False
+    vectors = read_shards(documents, args.shards, num_shards, encoder)
+    index = DocumentIndex.build(documents, encoder, vectors=vectors,
+                                config=IndexConfig(index_type=args.index_type, pq_m=args.pq_m))
+    index.save(args.output)
+    print(f"indexed {len(index)} documents{part} ({index.kind}, from {num_shards} shards in {args.shards}) into "
+          f"{args.output}")
+    return True
 
 
 def cmd_phrase_vectors(args: argparse.Namespace) -> None:
@@ -211,6 +269,26 @@ def cmd_build_vocab(args: argparse.Namespace) -> None:
     print(json.dumps(build_vocab(args.data, args.output, args)))
 
 
+def cmd_pseudo_queries(args: argparse.Namespace) -> None:
+    import torch
+    from retrieval.index.documents import load_documents
+    from retrieval.nar.pseudo_queries import read_pseudo_queries, write_pseudo_queries
+
+    from ..assets import wikipedia_leads
+    from ..loading import load_lm
+
+    if min(args.per_document, args.batch_size) < 1:  # before the LM loads
+        raise ValueError(f"--per-document {args.per_document} and --batch-size {args.batch_size} must be >= 1")
+    documents = wikipedia_leads() if args.data == "wikipedia" else load_documents(args.data, text_field=args.text_field)
+    lm, tokenizer = load_lm(args.model)
+    lm.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    written = write_pseudo_queries(lm, tokenizer, documents, args.output, per_document=args.per_document,
+                                   batch_size=args.batch_size, seed=args.seed, show_progress_bar=True)
+    queries = read_pseudo_queries(args.output, documents)
+    print(json.dumps({"output": args.output, "documents": len(queries), "written_now": written,
+                      "queries": sum(map(len, queries)), "documents_without_query": sum(not q for q in queries)}))
+
+
 def cmd_nar_train(args: argparse.Namespace) -> None:
     from retrieval.nar.recipes import nar_train
     from retrieval.nar.training import NarTrainConfig
@@ -258,8 +336,10 @@ def cmd_qa(args: argparse.Namespace) -> None:
             mark = "*" if number in result.cited else " "
             print(f" {mark}[{number}] {document['title'] or document['id']}")
         origins = [c.origin for c in result.citations]
-        print(f"  cited {result.cited or 'nothing'}: {origins.count('phrase')} from phrases, {origins.count('model')} "
-              f"written by the model; {result.phrase_steps} of {result.steps} steps were phrases; {result.seconds:.1f} s")
+        made = (f"{origins.count('copy')} after spans copied verbatim" if config.grounded else
+                f"{origins.count('phrase')} from phrases")
+        print(f"  cited {result.cited or 'nothing'}: {made}, {origins.count('model')} written by the model; "
+              f"{result.phrase_steps} of {result.steps} steps were phrases; {result.seconds:.1f} s")
 
 
 def _document_arg(text: str, number: int) -> dict:
@@ -383,7 +463,19 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--posting-terms", type=int, default=32,
                        help="hybrid only: each document's heaviest sparse entries kept in the posting lists "
                             "(raise both for an OT-only index)")
-    index.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "hnsw"])
+    index.add_argument("--index-type", default="auto", choices=["auto", "flat", "ivf", "ivfpq", "hnsw"],
+                       help="ivfpq: --pq-m bytes a vector instead of 4 d, for corpora past memory")
+    index.add_argument("--pq-m", type=int, default=None,
+                       help="ivfpq: bytes a vector, a divisor of the dimension (default d/4: 96 for a MiniLM vector "
+                            "instead of 1,536, recall@10 0.89 against flat in docs/indexing.md; 192: 0.96)")
+    index.add_argument("--shards", default=None,
+                       help="encode in shards kept in this folder (resumable; the processes of `accelerate launch` "
+                            "share them), then merge them into --output")
+    index.add_argument("--num-shards", type=int, default=None,
+                       help="with --shards: how many (default: the number of processes); keep it across resumes")
+    index.add_argument("--shard", type=int, default=None,
+                       help="with --shards: encode only this shard (one machine of several); a later run without "
+                            "--shard merges")
     index.add_argument("--include-held-out", action="store_true",
                        help="embedded corpora: index the held-out documents too (dynvocab eval then refuses the index)")
     index.add_argument("--text-field", default="text")
@@ -476,6 +568,19 @@ def build_parser() -> argparse.ArgumentParser:
     vocab.add_argument("--data", default="wikipedia", help="'wikipedia' (the leads' titles) or a text file, one docid per line")
     vocab.add_argument("--output", required=True, help="directory of the saved vocabulary")
     vocab.set_defaults(func=cmd_build_vocab)
+
+    pseudo = commands.add_parser("pseudo-queries", help="sample search queries for each document with an instruction "
+                                                        "LM: PIXAR's docids (resumable JSONL)")
+    pseudo.add_argument("--data", default="wikipedia", help="'wikipedia' (the leads) or a JSONL/text file of documents")
+    pseudo.add_argument("--text-field", default="text")
+    pseudo.add_argument("--model", default="smollm2", help="an instruction-tuned causal LM ('smollm2': SmolLM2-135M-"
+                                                           "Instruct, the offline asset)")
+    pseudo.add_argument("--output", required=True, help="JSONL file, appended to and resumed")
+    pseudo.add_argument("--per-document", type=int, default=4, help="queries sampled a document (duplicates dropped)")
+    pseudo.add_argument("--batch-size", type=int, default=32)
+    pseudo.add_argument("--seed", type=int, default=0)
+    pseudo.add_argument("--device", default=None, help="default: cuda when there is one")
+    pseudo.set_defaults(func=cmd_pseudo_queries)
 
     nar = commands.add_parser("nar-train", dataclass_types=NarTrainConfig,
                               help="train a non-autoregressive generative retriever, then its shortlist clusters")

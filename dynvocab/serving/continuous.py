@@ -10,7 +10,7 @@ the last slot of its step (a step that read a phrase back as its ``k`` tokens ta
 dropped from the left.
 
 A step is the model's ``forward`` on the ids the cache lacks, the phrase-aware logits processors of
-``DynamicVocabLM.phrase_logits_processors`` and ``transformers``' sampling warpers, in ``generate()``'s order.
+``DynamicVocabLM.phrase_logits_processors`` and ``dynvocab.sampling``'s warpers and draw, in ``generate()``'s order.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache, LogitsProcessorList
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from ..model import PHRASE_PROCESSOR_ARGS, DynamicVocabLM
 from ..padding import pad_sequences, position_ids_from_mask
 from ..phrase_table import Phrase
 from ..readback import WIDTHS_ATTRIBUTE
+from ..sampling import choose, sampling_warpers
 from ..state_keys import StateKeys, state_keys
 from ..state_store import DocumentStates
 from .kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_slots, select_rows
@@ -88,7 +88,7 @@ class RunningBatch:
         kwargs = dict(generation_kwargs)
         self.do_sample = bool(kwargs.pop("do_sample", False))
         sampling = {name: kwargs.pop(name) for name in ("temperature", "top_k", "top_p") if name in kwargs}
-        self.warpers = _warpers(**sampling) if self.do_sample else []
+        self.warpers = sampling_warpers(self.do_sample, **sampling)
         unknown = set(kwargs) - set(PHRASE_PROCESSOR_ARGS)
         if unknown:
             raise ValueError(f"continuous batching does not take the generation settings {sorted(unknown)}; pass only "
@@ -254,10 +254,7 @@ class RunningBatch:
         return out.logits[:, -1].to(torch.float32)
 
     def _choose(self, ids: torch.Tensor, scores: torch.Tensor, rows: list[ActiveRow]) -> torch.Tensor:
-        scores = self._processors_for(rows)(ids, scores)
-        if self.do_sample:
-            return torch.multinomial(torch.softmax(scores, dim=-1), 1).squeeze(1)
-        return scores.argmax(-1)
+        return choose(self._processors_for(rows)(ids, scores), self.do_sample)
 
     def _phrase_masks(self, rows: list[ActiveRow]) -> torch.Tensor:
         """``(B, P)``: each row's own phrases."""
@@ -301,14 +298,3 @@ class RunningBatch:
             processors = self.model.phrase_logits_processors(**self.phrase_settings, **gated)
             self._processors, self._processors_key = LogitsProcessorList([*processors, *self.warpers]), key
         return self._processors
-
-
-def _warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> list:
-    """``generate()``'s sampling warpers for these settings, in its order."""
-    warpers = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
-    if top_k:
-        warpers.append(TopKLogitsWarper(top_k))
-    if top_p < 1.0:
-        warpers.append(TopPLogitsWarper(top_p))
-    return warpers
-

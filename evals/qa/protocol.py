@@ -1,6 +1,6 @@
 """``dynvocab eval-qa``: citation-aware QA systems on one question set, resumable, scored and reported.
 
-A system is written ``MODE[@K][+oracle][:context=N][:state=T][:bias=B][:verify=N]``: MODE is ``bare`` (the same LM,
+A system is written ``MODE[@K][+oracle][:context=N][:state=T][:bias=B][:verify=N][:gamma=G]``: MODE is ``bare`` (the same LM,
 no phrases), ``ngram`` / ``content`` (phrases from every token n-gram, or constituent-like ones, each ending with
 its document's ``[n]``) or ``ngram-nomark`` / ``content-nomark`` (the same phrases without markers: ``[n]`` is
 written after each from provenance); ``@K`` documents (default 3); ``+oracle`` puts the evidence page in place of
@@ -9,7 +9,10 @@ in its document (``dynvocab.context_gate``); ``:state=T`` lets a phrase compete 
 state and its state before the phrase in the prompt reaches T (``dynvocab.state_keys``; unmarked modes only);
 ``:bias=B`` adds B to every phrase score; ``:verify=N`` keeps an emitted phrase only while each of its tokens is in
 the LM's top N (``dynvocab.verification``: with N = 1 the answer is the LM's own, its spans copied from a document
-cite it). Systems that see the same documents with the same state gate, bias and verification for a question share
+cite it); ``:gamma=G`` answers grounded (``retrieval.qa.answering``: the LM writes every token, phrases and drafts
+from the documents propose, kept while within G of the LM's best token; ``bare:gamma=G`` proposes drafts alone; each
+span copied verbatim cites its document). Systems that see the same documents with the same state gate, bias,
+verification and grounding for a question share
 one prompt, one prefill and one batched decode (a verified system decodes each row alone). Answers are appended to
 ``generations.jsonl`` question by question, so a stopped run resumes where it stopped.
 """
@@ -41,7 +44,7 @@ MODES = {
 }
 _SYSTEM = re.compile(r"^(?P<mode>[a-z-]+)(?:@(?P<k>\d+))?(?P<oracle>\+oracle)?(?::context=(?P<context>\d+))?"
                      r"(?::state=(?P<state>[+-]?\d+(?:\.\d+)?))?(?::bias=(?P<bias>[+-]?\d+(?:\.\d+)?))?"
-                     r"(?::verify=(?P<verify>\d+))?$")
+                     r"(?::verify=(?P<verify>\d+))?(?::gamma=(?P<gamma>\d+(?:\.\d+)?))?$")
 
 #: the comparison the targets are judged on; the same 3 documents, so one prefill and one batched decode per question;
 #: the phrase systems gated by 4 tokens of left context, as ``dynvocab qa`` answers
@@ -60,6 +63,7 @@ class QASystem:
     phrase_bias: float = 0.0
     verify_top_k: int = 0
     state_threshold: float | None = None
+    gamma: float | None = None  # grounded when set
 
     @property
     def phrases(self) -> str:
@@ -74,8 +78,9 @@ def parse_qa_system(name: str) -> QASystem:
     """``"ngram@5+oracle:context=4:bias=2"`` -> ``QASystem``; raises ``ValueError`` naming what is wrong."""
     match = _SYSTEM.match(name.strip())
     if not match or match["mode"] not in MODES:
-        raise ValueError(f"system {name!r} is not MODE[@K][+oracle][:context=N][:state=T][:bias=B][:verify=N] with "
-                         f"MODE one of {', '.join(MODES)}; e.g. ngram@3, bare@5+oracle or ngram@3:context=4:bias=2")
+        raise ValueError(f"system {name!r} is not MODE[@K][+oracle][:context=N][:state=T][:bias=B][:verify=N]"
+                         f"[:gamma=G] with MODE one of {', '.join(MODES)}; e.g. ngram@3, bare@5+oracle or "
+                         "ngram@3:context=4:bias=2")
     k = int(match["k"] or 3)
     if k < 1:
         raise ValueError(f"system {name!r}: @{k} documents; pass at least 1")
@@ -88,12 +93,16 @@ def parse_qa_system(name: str) -> QASystem:
     verify = int(match["verify"] or 0)
     if verify and match["mode"] == "bare":
         raise ValueError(f"system {name!r}: the bare LM has no phrases to verify; drop :verify={verify}")
+    gamma = float(match["gamma"]) if match["gamma"] is not None else None
+    if gamma is not None and (verify or not 0.0 < gamma <= 1.0):
+        raise ValueError(f"system {name!r}: :gamma=G answers grounded with G in (0, 1] (1: the LM's own answer), and "
+                         "grounded decoding verifies every token itself: drop :verify")
     state = float(match["state"]) if match["state"] is not None else None
     if state is not None and (match["mode"] == "bare" or MODES[match["mode"]][1] or not -1.0 <= state <= 1.0):
         raise ValueError(f"system {name!r}: :state=T gates the phrases of an unmarked mode (ngram-nomark, "
                          "content-nomark; a marked phrase ends with [n], which no document holds) at a cosine T in "
                          "[-1, 1]; e.g. content-nomark@3:state=0.95")
-    return QASystem(name.strip(), match["mode"], k, bool(match["oracle"]), context, bias, verify, state)
+    return QASystem(name.strip(), match["mode"], k, bool(match["oracle"]), context, bias, verify, state, gamma)
 
 
 @dataclass
@@ -107,8 +116,8 @@ class QAEvalConfig:
     encoder: str = field(default=DEFAULT_RETRIEVER, metadata={"help": ENCODER_HELP})
     systems: str = field(
         default=DEFAULT_SYSTEMS,
-        metadata={"help": "Comma-separated MODE[@K][+oracle][:context=N][:state=T][:bias=B][:verify=N] systems (see "
-                          f"the module docs); the diagnostic grid is {DIAGNOSTIC_SYSTEMS}."},
+        metadata={"help": "Comma-separated MODE[@K][+oracle][:context=N][:state=T][:bias=B][:verify=N][:gamma=G] "
+                          f"systems (see the module docs); the diagnostic grid is {DIAGNOSTIC_SYSTEMS}."},
     )
     num_questions: int = field(default=0, metadata={"help": "Questions evaluated (0: all)."})
     document_words: int = field(default=100, metadata={"help": "Words of each document shown (ALCE passages: 100)."})
@@ -153,7 +162,8 @@ class QAEvalConfig:
                         no_repeat_ngram_size=self.no_repeat_ngram_size, no_repeat_ngram_scope=self.no_repeat_ngram_scope,
                         context_tokens=system.context_tokens,
                         phrase_bias=system.phrase_bias, verify_top_k=system.verify_top_k,
-                        state_threshold=system.state_threshold)
+                        state_threshold=system.state_threshold, grounded=system.gamma is not None,
+                        **({"gamma": system.gamma} if system.gamma is not None else {}))
 
 
 #: settings that change what is generated: a run resumes only under the same ones
@@ -277,7 +287,7 @@ def answer_item(qa, config: QAEvalConfig, item: dict, systems: list[QASystem], d
     start = time.perf_counter()
     groups: dict[tuple, list[QASystem]] = {}
     for s in systems:
-        key = (tuple(d["id"] for d in documents[s.name]), s.phrase_bias, s.verify_top_k, s.state_threshold)
+        key = (tuple(d["id"] for d in documents[s.name]), s.phrase_bias, s.verify_top_k, s.state_threshold, s.gamma)
         groups.setdefault(key, []).append(s)
     records = []
     for members in groups.values():

@@ -40,7 +40,7 @@ def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalCo
     sums = {"str_em": 0.0, "em": 0.0, "f1": 0.0, "rouge_l": 0.0}
     supported = cited = correct = answered_with_citation = answerable = 0
     on_evidence = evidence_cited = 0
-    provenance = {"phrase": [0, 0], "model": [0, 0]}
+    provenance = {"phrase": [0, 0], "model": [0, 0], "copy": [0, 0]}
     alce = {"citation_recall": 0.0, "citation_precision": 0.0}
     for record in records:
         item = items[record["id"]]
@@ -76,9 +76,9 @@ def score_system(records: list[dict], items: dict, pages: dict, config: QAEvalCo
         "answers_with_citation": answered_with_citation / n,
         "looping_answers": sum(loops(strip_markers(r["answer"])) for r in records),
         "citations_per_answer": sum(len(r["citations"]) for r in records) / n,
-        "phrase_citations": provenance["phrase"][1], "model_citations": provenance["model"][1],
-        "exact_provenance_phrase": provenance["phrase"][0] / provenance["phrase"][1] if provenance["phrase"][1] else float("nan"),
-        "exact_provenance_model": provenance["model"][0] / provenance["model"][1] if provenance["model"][1] else float("nan"),
+        **{f"{origin}_citations": counts[1] for origin, counts in provenance.items()},
+        **{f"exact_provenance_{origin}": counts[0] / counts[1] if counts[1] else float("nan")
+           for origin, counts in provenance.items()},
         "phrase_share": sum(r["phrase_steps"] for r in records) / max(1, sum(r["steps"] for r in records)),
         "phrases_per_question": sum(r["phrases"] for r in records) / n,
         "steps_per_answer": sum(r["steps"] for r in records) / n,
@@ -212,7 +212,7 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
         f"Generation time (all sessions of this run): {summary['generation_seconds'] / 60:.1f} min{_threads(summary)}.", "",
         "## Answers", "",
         "| system | gold in docs | STR-EM | EM | F1 | ROUGE-L | answers citing | cit./answer | answer-support prec. | "
-        "correct citation | evidence-page prec. | exact prov. (phrase / model) | phrase steps | loops | s/answer |",
+        "correct citation | evidence-page prec. | exact prov. (phrase / model / copy) | phrase steps | loops | s/answer |",
         "|" + "---|" * 15,
     ]
     for name, m in results.items():
@@ -220,7 +220,8 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
             f"| {name} | {_pct(m['gold_in_documents'])} | {_pct(m['str_em'])} | {_pct(m['em'])} | {_pct(m['f1'])} | {_pct(m['rouge_l'])} | "
             f"{_pct(m['answers_with_citation'])} | {m['citations_per_answer']:.2f} | {_pct(m['answer_support_precision'])} | "
             f"{_pct(m['correct_citation'])} | {_pct(m['evidence_page_precision'])} | {_pct(m['exact_provenance_phrase'])} ({m['phrase_citations']}) / "
-            f"{_pct(m['exact_provenance_model'])} ({m['model_citations']}) | {_pct(m['phrase_share'])} | "
+            f"{_pct(m['exact_provenance_model'])} ({m['model_citations']}) / "
+            f"{_pct(m.get('exact_provenance_copy', float('nan')))} ({m.get('copy_citations', 0)}) | {_pct(m['phrase_share'])} | "
             f"{m['looping_answers']} | {m['seconds_per_answer']:.2f} |"
         )
     lines += ["", "## ALCE citation recall and precision", ""]
@@ -242,5 +243,6 @@ def _markdown(summary: dict, results: dict, rows: list, config: QAEvalConfig) ->
               "needed; a measure beside the targets, not one of them); loops counts answers in which a word 4-gram (lowercased, punctuation dropped) "
               "occurs three times or more (markers removed); exact provenance is the share "
               "of citations whose span is verbatim in the document cited (phrase: placed from an emitted phrase; model: "
-              "written by the model, its span the text since the previous marker or sentence start).", ""]
+              "written by the model, its span the text since the previous marker or sentence start; copy: placed by "
+              "grounded answering after a span copied verbatim).", ""]
     return "\n".join(lines)

@@ -13,11 +13,13 @@ import numpy as np
 from dynvocab.config import as_int
 
 from .ann import (
+    IVF_KINDS,
     SEARCH_PARAM,
     IndexConfig,
     IndexType,
     as_vectors,
     build_index,
+    exact_search as flat_top_k,
     get_search_param,
     recall_at_k,
     reconstruct_all,
@@ -183,7 +185,11 @@ class DocumentIndex:
         ]
 
     def exact_search(self, queries: list[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """Exact flat top-``k`` over the same vectors: the reference for :meth:`recall`."""
+        """Exact flat top-``k`` over the stored vectors: the reference for :meth:`recall`.
+
+        IVF-PQ stores its vectors compressed, so its reference is their decoded copies; measure it against the
+        original vectors with ``retrieval.index.ann.exact_search`` and ``recall_at_k``.
+        """
         vectors = self.embed_queries(queries)
         if self._exact is None:
             self._exact = faiss.IndexFlatIP(self.dim)
@@ -201,8 +207,10 @@ class DocumentIndex:
             return 1.0
         vectors = self.embed_queries(queries)
         k = min(k or self.config.tune_k, len(self))
-        exact_ids = self.exact_search(vectors, k)[1]
-        value, recall = tune_search_param(self._cpu_index, self.kind, vectors, exact_ids,
+        return self._tune(vectors, self.exact_search(vectors, k)[1], target_recall)
+
+    def _tune(self, queries: np.ndarray, exact_ids: np.ndarray, target_recall: float | None = None) -> float:
+        value, recall = tune_search_param(self._cpu_index, self.kind, queries, exact_ids,
                                           target_recall or self.config.target_recall)
         self.set_search_param(value)
         return recall
@@ -215,10 +223,11 @@ class DocumentIndex:
             self.set_search_param(explicit)
             return
         rng = np.random.default_rng(self.config.seed)
-        sample = rng.choice(len(vectors), size=min(self.config.tune_queries, len(vectors)), replace=False)
-        self.tune(vectors[np.sort(sample)])
+        sample = vectors[np.sort(rng.choice(len(vectors), size=min(self.config.tune_queries, len(vectors)), replace=False))]
+        # the reference is the original vectors, not the index's own (IVF-PQ decodes them only approximately)
+        self._tune(sample, flat_top_k(vectors, sample, min(self.config.tune_k, len(self)))[1])
         value = self.search_param * self.config.tune_margin
-        if self.kind == "ivf":
+        if self.kind in IVF_KINDS:
             value = min(value, self._cpu_index.nlist)
         self.set_search_param(value)
         logger.info("%s=%d after a margin of %d for queries unlike documents", SEARCH_PARAM[self.kind], value,
@@ -261,4 +270,4 @@ class DocumentIndex:
 
 def _search_setting(config: IndexConfig, kind: str) -> int | None:
     """The search setting the config fixes for ``kind`` (``None``: to be tuned)."""
-    return config.nprobe if kind == "ivf" else config.ef_search if kind == "hnsw" else None
+    return config.nprobe if kind in IVF_KINDS else config.ef_search if kind == "hnsw" else None

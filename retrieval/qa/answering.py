@@ -13,6 +13,7 @@ alone, by ``dynvocab.generate_verified``).
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -21,14 +22,16 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from dynvocab import DynamicVocabLM, Phrase, generate_verified
+from dynvocab import DynamicVocabLM, Phrase, generate_grounded, generate_verified
 from dynvocab.config import check_at_least, check_field_types
+from dynvocab.drafting import DocumentDrafter
 from dynvocab.repetition import check_no_repeat_scope
 from dynvocab.state_keys import row_state_keys
 from dynvocab.state_store import DocumentStates
 
-from .citations import SENTENCE_END, Citation, cite_segments, document_block, marker, numbered_phrases
+from .citations import SENTENCE_END, Citation, cite_copies, cite_segments, document_block, marker, numbered_phrases
 from ..phrases import document_contexts, extract_phrases
+from ..pipeline import GROUNDED_GAMMA, GROUNDED_RELAX_AFTER
 
 __all__ = ["CitationQA", "QAConfig", "QAResult", "build_messages", "cited_phrase_contexts", "document_phrases"]
 
@@ -98,6 +101,24 @@ class QAConfig:
                           "included, is in the LM's top-k there (1: the answer is the LM's own, and its spans "
                           "copied from a document cite it; 0: off). Each row decodes alone."},
     )
+    grounded: bool = field(
+        default=True,
+        metadata={"help": "The LM reading the documents writes every token; phrases and drafts from the documents only "
+                          "propose (dynvocab.generate_grounded), and a span copied verbatim from document n is followed "
+                          "by [n]. False: the paper's mode, where the phrase head decides."},
+    )
+    gamma: float = field(
+        default=GROUNDED_GAMMA,
+        metadata={"help": "Grounded: a proposed token is kept while its probability is at least gamma times the best "
+                          "token's (1: the LM's own greedy answer)."},
+    )
+    relax_after: int = field(
+        default=GROUNDED_RELAX_AFTER,
+        metadata={"help": "Grounded: gamma < 1 relaxes a draft only inside a copy under way, this many tokens long (0: "
+                          "everywhere)."},
+    )
+    draft_tokens: int = field(default=8, metadata={"help": "Grounded: tokens drafted from the documents per LM call."})
+    cite_tokens: int = field(default=4, metadata={"help": "Grounded: a span of this many tokens copied verbatim cites."})
     stop_at_newline: bool = field(default=True, metadata={"help": "End the answer at its first line break."})
     max_sentences: int = field(default=1, metadata={"help": "End the answer after this many sentences (0: no limit)."})
     one_shot: bool = field(default=True, metadata={"help": "Show one worked example before the question."})
@@ -105,7 +126,7 @@ class QAConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        check_at_least(self, 1, ("top_k", "document_words", "max_new_tokens", "min_length"))
+        check_at_least(self, 1, ("top_k", "document_words", "max_new_tokens", "min_length", "draft_tokens", "cite_tokens"))
         check_at_least(self, 0, ("max_phrases", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size", "max_sentences",
                                  "context_tokens", "verify_top_k"))
         if self.phrases not in PHRASE_MODES:
@@ -117,6 +138,12 @@ class QAConfig:
         if self.state_threshold is not None and self.markers and self.phrases != "none":
             raise ValueError("QAConfig.state_threshold keys a phrase by its tokens in the prompt's documents, and with "
                              "markers=True each phrase ends with its [n], which they do not hold: pass markers=False")
+        if self.grounded and self.verify_top_k:
+            raise ValueError("QAConfig: grounded decoding lets the LM decide every token already; pass grounded=False "
+                             f"for verify_top_k={self.verify_top_k} (the paper's mode with verification)")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"QAConfig.gamma={self.gamma} must be in (0, 1]: 1 keeps the LM's own tokens only")
+        check_at_least(self, 0, ("relax_after",))
         if self.chat_template not in ("auto", "never"):
             raise ValueError(f"QAConfig.chat_template={self.chat_template!r}; choose 'auto' or 'never'")
 
@@ -135,7 +162,8 @@ class QAConfig:
 
 #: settings that must agree for two systems to share one prompt and one batched decode
 SHARED = ("document_words", "max_new_tokens", "agreement_top_k", "phrase_max_uses", "no_repeat_ngram_size",
-          "no_repeat_ngram_scope", "phrase_bias", "verify_top_k", "state_threshold",
+          "no_repeat_ngram_scope", "phrase_bias", "verify_top_k", "state_threshold", "grounded", "gamma", "relax_after",
+          "draft_tokens", "cite_tokens",
           "stop_at_newline", "max_sentences", "one_shot", "chat_template")
 
 
@@ -387,11 +415,12 @@ class CitationQA:
                                   first_key=[[before]] * len(rows))
             gate["phrase_state_keys"] = keys
         stopping = StoppingCriteriaList([AnswerEnd(model.decode, len(ids), first.stop_at_newline, first.max_sentences)])
-        if first.verify_top_k:
+        if first.verify_top_k or first.grounded:
             answers = []
+            decode = functools.partial(self._grounded, documents=documents) if first.grounded else self._verified
             for i, context in enumerate(contexts):
                 with model.state_gate(keys.for_row(i) if keys is not None else None):
-                    answers.append(self._verified(ids, first, stopping, context, row=i if len(rows) > 1 else None))
+                    answers.append(decode(ids, first, stopping, context, row=i if len(rows) > 1 else None))
         else:
             cache = self.prefixes(ids)
             if len(rows) > 1:
@@ -405,6 +434,20 @@ class CitationQA:
         return [self._result(question, documents, new, len(phrases), config, seconds, steps,
                              row=i if len(rows) > 1 else None)
                 for i, ((new, steps), phrases, config) in enumerate(zip(answers, rows, configs))]
+
+    def _grounded(self, ids: list[int], config: QAConfig, stopping: StoppingCriteriaList, context, row: int | None,
+                  documents: list[dict]) -> tuple[list[int], int]:
+        """One row's answer by ``generate_grounded``, drafts from the shown documents, the prompt's prefix read from the
+        prefix cache: its new ids and steps."""
+        model, kwargs = self.model, config.generation_kwargs()
+        processors = model.phrase_processors_in(kwargs | ({"phrase_contexts": context} if context is not None else {}))
+        shown = model.tokenizer([" " + d["text"] for d in documents], add_special_tokens=False)["input_ids"]
+        out = generate_grounded(model, torch.tensor([ids], device=model.device), config.max_new_tokens,
+                                gamma=config.gamma, drafter=DocumentDrafter(
+                                    shown, config.draft_tokens, no_repeat_ngram_size=config.no_repeat_ngram_size),
+                                relax_after=config.relax_after, logits_processor=processors,
+                                stopping_criteria=stopping, row=row, past_key_values=self.prefixes(ids))
+        return out.sequences[0, len(ids) :].tolist(), out.steps
 
     def _verified(self, ids: list[int], config: QAConfig, stopping: StoppingCriteriaList, context,
                   row: int | None) -> tuple[list[int], int]:
@@ -426,7 +469,11 @@ class CitationQA:
         end = next((i for i, token in enumerate(new) if token in eos), len(new))
         new = new[:end]
         segments = _lstrip(self.model.segments(new, skip_special_tokens=True, row=row))
-        answer, citations = cite_segments(segments, len(documents))
+        if config.grounded:  # a kept phrase is a copy like any other: cited when cite_tokens long, by where it stands
+            answer, citations = cite_segments([replace(s, source=None) for s in segments], len(documents))
+            answer, citations = cite_copies(answer, citations, documents, self.model.tokenizer, config.cite_tokens)
+        else:
+            answer, citations = cite_segments(segments, len(documents))
         cut = answer_end(answer, config.stop_at_newline, config.max_sentences)
         text = "".join(s.text for s in segments)
         text = text[: answer_end(text, config.stop_at_newline, config.max_sentences)]

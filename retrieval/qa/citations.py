@@ -20,6 +20,7 @@ __all__ = [
     "MARKER",
     "SENTENCE_END",
     "Citation",
+    "cite_copies",
     "cite_segments",
     "document_block",
     "marker",
@@ -71,8 +72,9 @@ class Citation:
     """One ``[n]`` in an answer: the document it cites, the span it stands after, and where it came from.
 
     ``origin`` is ``"phrase"`` (placed from the provenance of an emitted phrase: ``span`` is the
-    phrase text, cut verbatim from document ``number``) or ``"model"`` (written by the model in
-    its own tokens: ``span`` is the text between the previous marker or sentence start and it).
+    phrase text, cut verbatim from document ``number``), ``"copy"`` (placed after a span the answer copied verbatim
+    from document ``number``, see ``cite_copies``) or ``"model"`` (written by the model in its own tokens: ``span``
+    is the text between the previous marker or sentence start and it).
     ``start`` is the marker's character offset in the answer.
     """
 
@@ -139,3 +141,37 @@ def _span_before(text: str) -> str:
     tail = text[cut:]
     ends = [m.end() for m in re.finditer(r"[.!?]\s+", tail) if m.end() < len(tail)]
     return tail[ends[-1] if ends else 0 :].strip()
+
+
+def cite_copies(answer: str, citations: Sequence[Citation], documents: Sequence[Mapping], tokenizer,
+                min_tokens: int = 4) -> tuple[str, list[Citation]]:
+    """The answer with ``[n]`` written after every span of at least ``min_tokens`` tokens that stands verbatim in
+    document ``n`` (``dynvocab.citations.cite``: grounded decoding's citations by construction), unless that marker
+    follows the span already; ``citations`` (of ``cite_segments``) moved along, and the new ones (origin ``"copy"``)
+    among them in order."""
+    from dynvocab.citations import cite
+
+    plain = [(m.start(), m.end()) for m in MARKER.finditer(answer)]
+    # tokenized as it was written, after a space: its first word is then the token the document has mid-text
+    spans = cite(tokenizer(" " + answer, add_special_tokens=False)["input_ids"], [d["text"] for d in documents],
+                 tokenizer, min_tokens)
+    inserted: list[tuple[int, int, str]] = []  # (where, number, span) in the answer as it was
+    for span in spans:
+        begin = answer.find(span.text, max(0, span.start - 3))  # offsets in " " + answer: the answer's, give or take
+        end = begin + len(span.text)
+        if begin < 0 or any(start < end and begin < stop for start, stop in plain):
+            continue  # not found, or through a marker
+        number = span.document + 1
+        if marker(number) not in re.match(r"[\s.,;:!?]*(?:\[\d+\])*", answer[end:]).group():
+            inserted.append((end, number, span.text))
+    parts, moved, last, shift = [], [], 0, 0
+    for where, number, text in inserted:
+        parts += [answer[last:where], marker(number)]
+        moved.append(Citation(number, text, "copy", where + shift))
+        shift += len(marker(number))
+        last = where
+    parts.append(answer[last:])
+    for citation in citations:
+        before = sum(len(marker(number)) for where, number, _ in inserted if where <= citation.start)
+        moved.append(Citation(citation.number, citation.span, citation.origin, citation.start + before))
+    return "".join(parts), sorted(moved, key=lambda c: c.start)

@@ -35,6 +35,22 @@ def test_gamma_one_writes_the_lm_text_given_the_documents_in_fewer_steps(base_mo
     assert out.steps < len(new) and out.copied_tokens >= len(new) - out.steps  # a step writes one own token at most
 
 
+def test_a_prefix_already_in_the_cache_is_not_read_again_and_changes_nothing(llama, tokenizer):
+    from transformers import DynamicCache
+
+    context = tokenizer(DOCUMENT, return_tensors="pt").input_ids
+    prompt = tokenizer(" The river", return_tensors="pt").input_ids
+    whole = generate_verified(llama, prompt, 8, gamma=1.0, context=context).sequences
+    cache = DynamicCache()
+    llama(context[:, :-2], past_key_values=cache, use_cache=True)  # the documents but their last two tokens
+    cached = generate_verified(llama, prompt, 8, gamma=1.0, context=context, past_key_values=cache).sequences
+    assert cached.tolist() == whole.tolist()
+    with pytest.raises(ValueError, match="keep at least its last token out of it"):
+        full = DynamicCache()
+        llama(torch.cat([context, prompt], dim=1), past_key_values=full, use_cache=True)
+        generate_verified(llama, prompt, 8, gamma=1.0, context=context, past_key_values=full)
+
+
 def test_gamma_one_with_phrases_proposing_is_still_the_lm_text(llama, tokenizer):
     model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
     model.scorer = PhrasesAlwaysWin()  # the phrase head proposes whatever it is given, every step
@@ -127,6 +143,33 @@ def test_speculative_sampling_keeps_the_lm_distribution_whatever_is_drafted():
         out = generate_verified(lm, torch.tensor([[0]]), 2, gamma=0.5, do_sample=True, draft=lambda text: [3, 3, 3])
         a, b = out.sequences[0, 1:3].tolist()
         counts[(a, b)] += 1
+    distance = 0.5 * sum(abs(counts[k] / draws - exact[k]) for k in exact)
+    assert distance < 0.04, (distance, counts, exact)
+
+
+def test_nucleus_sampling_with_drafts_keeps_the_lm_nucleus_distribution():
+    """top_p = 0.7: each step's law is the LM's, cut to its nucleus and renormalised, whatever the drafts propose
+    (3 lies outside the nucleus after 0, so a draft of it is always refused there)."""
+    table = torch.log(torch.tensor([[0.45, 0.3, 0.15, 0.1], [0.1, 0.2, 0.3, 0.4], [0.25] * 4, [0.5, 0.3, 0.1, 0.1]]))
+    lm = TableLM(table)
+
+    def nucleus(row: torch.Tensor) -> torch.Tensor:
+        order = row.argsort(descending=True)
+        keep = row[order].cumsum(0) - row[order] < 0.7  # the smallest set whose mass reaches top_p
+        law = torch.zeros_like(row)
+        law[order[keep]] = row[order[keep]]
+        return law / law.sum()
+
+    laws = torch.stack([nucleus(row) for row in table.exp()])
+    exact = {(a, b): float(laws[0, a] * laws[a, b]) for a, b in itertools.product(range(4), repeat=2)}
+    counts = dict.fromkeys(exact, 0)
+    torch.manual_seed(2)
+    draws = 3000
+    for _ in range(draws):
+        out = generate_verified(lm, torch.tensor([[0]]), 2, gamma=0.5, do_sample=True, top_p=0.7,
+                                draft=lambda text: [3, 1, 3])
+        counts[tuple(out.sequences[0, 1:3].tolist())] += 1
+    assert all(counts[(a, b)] == 0 for (a, b), p in exact.items() if p == 0)  # never outside the nucleus
     distance = 0.5 * sum(abs(counts[k] / draws - exact[k]) for k in exact)
     assert distance < 0.04, (distance, counts, exact)
 

@@ -269,7 +269,12 @@ def test_qa_system_names_take_a_context_gate():
     assert (gated.state_threshold, gated.phrase_bias) == (0.95, 16)
     assert parse_qa_system("ngram-nomark").state_threshold is None
     assert QAEvalConfig().qa_config(gated).state_threshold == 0.95
-    for name, message in {"bare@3:context=4": "no phrases to gate", "ngram:context=x": "MODE",
+    grounded = parse_qa_system("ngram-nomark@3:context=4:gamma=0.05")
+    assert grounded.gamma == 0.05 and QAEvalConfig().qa_config(grounded).grounded
+    assert QAEvalConfig().qa_config(grounded).gamma == 0.05 and parse_qa_system("bare@3:gamma=1").gamma == 1.0
+    assert not QAEvalConfig().qa_config(system).grounded  # the paper's systems stay as they ran
+    for name, message in {"ngram:gamma=0": r"G in \(0, 1\]", "ngram:verify=1:gamma=0.5": "drop :verify",
+                          "ngram:gamma=0.5:bias=2": "MODE", "bare@3:context=4": "no phrases to gate", "ngram:context=x": "MODE",
                           "bare@3:bias=2": "no phrases to bias", "ngram:bias=2:context=4": "MODE",
                           "bare@3:verify=1": "no phrases to verify", "ngram:verify=1:bias=2": "MODE",
                           "ngram@3:state=0.9": "unmarked mode", "bare@3:state=0.9": "unmarked mode",

@@ -109,3 +109,30 @@ def test_serving_benchmark(tiny_lm_dir, tmp_path, capsys):
     assert results["levels"]["bare paired"]["per_char_over_bare"] == 1.0
     assert results["levels"]["drafted paired"]["per_char_over_bare"] > 0
     assert "| phrases c=2 |" in (tmp_path / "benchmark.md").read_text()
+
+
+def test_index_build_benchmark(tiny_encoder_dir, tmp_path, capsys):
+    benchmark = load("benchmark_index_build")
+    common = ["--passages", "300", "--words", "20", "--encoder", str(tiny_encoder_dir), "--queries", "20", "--workdir",
+              str(tmp_path), "--pq-m", "4,8"]
+    report = benchmark.main([*common, "--processes", "1"])
+    assert report["builds"][0]["documents"] == 300 and report["builds"][0]["encoding_docs_per_s"] > 0
+    rows = {(row["index"], row["pq_m"], row["nprobe"]): row for row in report["indexes"]}
+    assert rows[("flat", None, None)]["recall@10"] == 1.0
+    assert rows[("ivfpq", 4, 1)]["bytes"] < rows[("ivfpq", 8, 1)]["bytes"] < rows[("ivf", None, 1)]["bytes"]
+    largest = max(nprobe for kind, _, nprobe in rows if kind == "ivf")
+    assert rows[("ivf", None, largest)]["recall@10"] == 1.0  # every list probed: exact
+    again = benchmark.main([*common, "--from-shards", "1"])  # the shards of that run, compared again without a build
+    assert again["builds"] == [] and again["indexes"] == [{**row, "ms_per_query": row2["ms_per_query"]}
+                                                          for row, row2 in zip(report["indexes"], again["indexes"])]
+
+
+def test_pseudo_query_docids_map_every_docid_to_its_lead():
+    docids, lead_of, queries, targets = load("nar_experiment").pseudo_query_docids(
+        [["who built the bridge", "bridge builder"], [], ["who built the bridge", "river city"]],
+        ["Bridge", "Empty", "River"], ["a sentence of lead 0", "a sentence of lead 2"], [0, 2], augment=20, seed=0)
+    assert docids == ["who built the bridge", "bridge builder", "Empty", "river city"]  # shared string: first lead's
+    assert lead_of.tolist() == [0, 0, 1, 2]
+    assert queries[:2] == ["a sentence of lead 0", "a sentence of lead 2"] and targets[1] == 3
+    assert targets[0] in (0, 1)
+    assert sorted(zip(queries[2:], targets[2:])) == [("bridge builder", 0), ("who built the bridge", 1)]

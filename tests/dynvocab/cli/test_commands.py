@@ -1,10 +1,13 @@
 import json
 
+import numpy as np
 import pytest
 
 from dynvocab.assets import wikipedia_leads
 from dynvocab.cli import main
 from dynvocab.state_store import DocumentStateStore
+from retrieval import DocumentIndex
+from tests.helpers import launch
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +130,28 @@ def test_index_of_an_embedded_corpus_leaves_the_held_out_part_out_and_eval_refus
               "--systems", "dynamic-untrained", "--num-prompts", "1", "--output-dir", str(workspace / "eval")])
     assert exit_info.value.code == 2
     assert "held-out licenses documents the evaluation prompts with" in capsys.readouterr().err
+
+
+def test_index_encoded_in_shards_by_two_processes_is_the_index_of_one(workspace, capsys):
+    common = ["--data", str(workspace / "docs.jsonl"), "--encoder", str(workspace / "encoder"), "--index-type", "flat"]
+    main(["index", *common, "--output", str(workspace / "index-one")])
+    out = launch(workspace, "index", *common, "--output", str(workspace / "index-two"), "--shards",
+                 str(workspace / "shards-two"))
+    reports = [json.loads(line) for line in out.splitlines() if line.startswith('{"process"')]
+    assert sorted((r["process"], r["shards_encoded"], r["documents"]) for r in reports) == [(0, [0], 15), (1, [1], 15)]
+    one, two = (DocumentIndex.load(workspace / name) for name in ("index-one", "index-two"))
+    assert [d["id"] for d in two.documents] == [d["id"] for d in one.documents]
+    np.testing.assert_allclose(two.exact_search(one._cpu_index.reconstruct_n(0, 30), 1)[1][:, 0], np.arange(30))
+
+
+def test_one_machine_encodes_its_shard_and_a_later_run_encodes_the_rest_and_merges(workspace, capsys):
+    common = ["index", "--data", str(workspace / "docs.jsonl"), "--encoder", str(workspace / "encoder"), "--output",
+              str(workspace / "index-three"), "--shards", str(workspace / "shards-three"), "--num-shards", "3"]
+    main([*common, "--shard", "1"])
+    out = capsys.readouterr().out
+    assert '"shards_encoded": [1], "documents": 10' in out and "2 still missing" in out
+    assert not (workspace / "index-three").exists()
+    main(common)
+    out = capsys.readouterr().out
+    assert '"shards_encoded": [0, 2], "documents": 20' in out and "from 3 shards" in out
+    assert len(DocumentIndex.load(workspace / "index-three")) == 30

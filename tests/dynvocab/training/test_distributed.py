@@ -6,11 +6,7 @@ own batch, so with them a two-process run is a different run from one process wi
 
 import dataclasses
 import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,8 +20,8 @@ from dynvocab.multiword import CONFIG_NAME, WEIGHTS_NAME
 from dynvocab.training.config import TrainConfig
 from dynvocab.training.multiword import MultiWordTrainConfig, train_multiword
 from dynvocab.training.trainer import Trainer, sample_stream
+from tests.helpers import launch
 
-ROOT = Path(__file__).resolve().parents[3]
 #: float32 sums taken in another order (measured: losses 2e-6 apart, weights 7e-8)
 LOSS_TOLERANCE = 1e-4
 WEIGHT_TOLERANCE = 1e-5
@@ -50,19 +46,9 @@ def config(root: Path, name: str, batch_size: int) -> TrainConfig:
 
 def launch_two_processes(root: Path, name: str, *extra: str, command: str = "train", settings=SETTINGS) -> None:
     """``accelerate launch`` of ``dynvocab train`` (or ``command``) on two CPU processes, each with half the global batch of 4."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     flags = [f"--{key.replace('_', '-')}={value}" for key, value in settings.items()]
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
-        "-m", "dynvocab", command, "--model", str(root / "lm"), "--data", str(root / "data.txt"),
-        "--output-dir", str(root / name), "--batch-size", "2", *flags, *extra,
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
+    launch(root, command, "--model", str(root / "lm"), "--data", str(root / "data.txt"), "--output-dir", str(root / name),
+           "--batch-size", "2", *flags, *extra)
 
 
 def log(root: Path, name: str) -> list[dict]:
@@ -161,19 +147,6 @@ def test_two_processes_write_the_state_cache_one_process_writes(setup):
         assert (setup / "cache-two" / name).read_bytes() == (one / name).read_bytes(), name
     writers = [(setup / "cache-two" / "done" / f"shard-{k}").read_text() for k in range(shards)]
     assert writers == [f"process {k % 2}\n" for k in range(shards)]  # the shards were split, not written twice
-
-
-def launch(root: Path, *arguments: str) -> None:
-    """``accelerate launch -m dynvocab ARGUMENTS`` on two CPU processes."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
-               "-m", "dynvocab", *arguments]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
 
 
 @pytest.mark.parametrize("trainer", ["train-mwt", "pretrain-encoder", "finetune-encoder", "nar-train"])

@@ -3,7 +3,7 @@
 import pytest
 
 from dynvocab import DynamicVocabLM, Phrase, Segment
-from retrieval.qa.citations import MARKER, cite_segments, numbered_phrases, strip_markers
+from retrieval.qa.citations import MARKER, cite_copies, cite_segments, numbered_phrases, strip_markers
 from retrieval.qa import answering
 from retrieval.qa.answering import (
     CitationQA, QAConfig, build_messages, cited_phrase_contexts, document_phrases, prompt_ids,
@@ -24,7 +24,8 @@ def model(llama, tokenizer):
 
 
 def quick(**settings) -> QAConfig:
-    defaults = {"max_new_tokens": 6, "stop_at_newline": False, "max_sentences": 0, "agreement_top_k": 0, "context_tokens": 0}
+    defaults = {"max_new_tokens": 6, "stop_at_newline": False, "max_sentences": 0, "agreement_top_k": 0, "context_tokens": 0,
+                "grounded": False}  # the paper's mode; grounded answers have tests of their own below
     return QAConfig(**defaults | settings)
 
 
@@ -188,18 +189,15 @@ def test_an_answer_guarded_against_its_own_ngrams_may_still_copy_the_documents(m
     assert answer.phrase_steps == 6 and everything.phrase_steps < 3
 
 
-def test_a_verified_answer_is_the_lms_own_and_its_copied_spans_cite_their_document(model, tokenizer):
-    """``verify_top_k=1`` keeps a phrase only where the LM writes its tokens itself: the answer is the bare LM's, and
-    each span of it that a kept phrase wrote cites the document the phrase was cut from."""
+def make_the_lm_write(model, tokenizer, text: str) -> list[int]:
+    """Makes the LM answer ``text`` (a span of a document), then end: each step its next token after the tokens the
+    answer spells so far, whatever phrases were kept. Returns those tokens, the end of text last."""
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    copied = tokenizer(" New York City is the most populous city", add_special_tokens=False).input_ids
-    copied.append(model.generation_config.eos_token_id)
+    copied = tokenizer(text, add_special_tokens=False).input_ids + [model.generation_config.eos_token_id]
     start, table, vocab = len(prompt_ids(tokenizer, QUESTION, DOCS, QAConfig())), model.phrase_table, model.vocab_size
 
-    class CopyFirstDocument(LogitsProcessor):
-        """Makes the LM copy document 1, then end: the next of ``copied`` after the tokens the answer spells so far."""
-
+    class WriteText(LogitsProcessor):
         def __call__(self, input_ids, scores):
             for row, ids in enumerate(input_ids.tolist()):
                 spelled = sum(len(table.token_ids[i - vocab]) if i >= vocab else 1 for i in ids[start:])
@@ -208,7 +206,14 @@ def test_a_verified_answer_is_the_lms_own_and_its_copied_spans_cite_their_docume
             return scores
 
     processors = model.phrase_logits_processors
-    model.phrase_logits_processors = lambda **kwargs: LogitsProcessorList([CopyFirstDocument(), *processors(**kwargs)])
+    model.phrase_logits_processors = lambda **kwargs: LogitsProcessorList([WriteText(), *processors(**kwargs)])
+    return copied
+
+
+def test_a_verified_answer_is_the_lms_own_and_its_copied_spans_cite_their_document(model, tokenizer):
+    """``verify_top_k=1`` keeps a phrase only where the LM writes its tokens itself: the answer is the bare LM's, and
+    each span of it that a kept phrase wrote cites the document the phrase was cut from."""
+    copied = make_the_lm_write(model, tokenizer, " New York City is the most populous city")
     model.scorer = PreferPhrases()  # every phrase the rules let through outscores the tokens
     settings = {"markers": False, "max_new_tokens": len(copied)}
     bare = CitationQA(model, config=quick(phrases="none", **settings))(QUESTION, DOCS)
@@ -226,6 +231,31 @@ def test_a_verified_answer_is_the_lms_own_and_its_copied_spans_cite_their_docume
     gated = CitationQA(model, config=quick(verify_top_k=1, state_threshold=0.9, **settings))(QUESTION, DOCS)
     assert gated.text == bare.text and {c.number for c in gated.citations if c.origin == "phrase"} <= {1}
     assert [k.keys.shape[0] > 0 for k in gates if k is not None] == [True]  # the row's keys, once
+
+
+def test_a_span_copied_from_a_document_is_followed_by_its_marker_once(tokenizer):
+    answer, citations = cite_segments([Segment("It lies on the Hudson River and in Paris[2].", False)], 2)
+    marked, moved = cite_copies(answer, citations, DOCS, tokenizer, min_tokens=4)
+    assert marked == "It lies on the Hudson River[1] and in Paris[2]."
+    assert [(c.number, c.origin, marked[c.start : c.start + 3]) for c in moved] == [(1, "copy", "[1]"), (2, "model", "[2]")]
+    assert moved[0].span == "It lies on the Hudson River"
+    again, same = cite_copies(marked, moved, DOCS, tokenizer, min_tokens=4)  # the marker stands there already
+    assert again == marked and same == moved
+    assert cite_copies("It lies near a river.", [], DOCS, tokenizer, min_tokens=4) == ("It lies near a river.", [])
+
+
+def test_a_grounded_answer_at_gamma_one_is_the_lms_own_in_fewer_steps_and_its_copies_cite(model, tokenizer):
+    """Grounded: the LM writes every token, so at gamma = 1 the answer is its own whatever the phrases propose; the
+    drafts copy from the documents in fewer LM calls, and each copied span cites its document."""
+    copied = make_the_lm_write(model, tokenizer, " It lies on the Hudson River.")
+    model.scorer = PreferPhrases()  # the phrase head proposes its phrases everywhere
+    settings = {"markers": False, "max_new_tokens": len(copied)}
+    bare = CitationQA(model, config=quick(phrases="none", **settings))(QUESTION, DOCS)
+    grounded = CitationQA(model, config=quick(grounded=True, gamma=1.0, **settings))(QUESTION, DOCS)
+    assert bare.text == tokenizer.decode(copied[:-1]).strip() and not bare.citations
+    assert grounded.text == bare.text and grounded.steps < bare.steps
+    assert [(c.number, c.origin, c.span) for c in grounded.citations] == [(1, "copy", "It lies on the Hudson River.")]
+    assert grounded.answer == "It lies on the Hudson River.[1]" and strip_markers(grounded.answer) == bare.answer
 
 
 def test_retrieved_documents_and_the_prefix_cache(model, tokenizer):
@@ -258,7 +288,8 @@ def test_the_answer_ends_at_its_first_line_break(model, tokenizer):
 
     generate = model.generate
     model.generate = lambda *args, **kwargs: generate(*args, logits_processor=[Script()], **kwargs)
-    result = CitationQA(model, config=QAConfig(max_new_tokens=8, phrases="none", agreement_top_k=0))(QUESTION, DOCS)
+    config = QAConfig(max_new_tokens=8, phrases="none", agreement_top_k=0, grounded=False)
+    result = CitationQA(model, config=config)(QUESTION, DOCS)
     assert result.steps == 3 and result.answer == tokenizer.decode([1000, 1001]).strip()
 
 
@@ -267,7 +298,9 @@ def test_the_answer_ends_at_its_first_line_break(model, tokenizer):
     [({"top_k": 0}, "top_k=0"), ({"phrases": "parsed"}, "phrases='parsed'"), ({"document_words": 0}, "document_words"),
      ({"chat_template": "always"}, "chat_template"), ({"max_phrases": -1}, "max_phrases"),
      ({"no_repeat_ngram_scope": "answer"}, "no_repeat_ngram_scope='answer'"), ({"verify_top_k": -1}, "verify_top_k"),
-     ({"state_threshold": 0.9}, "pass markers=False"), ({"state_threshold": 2.0, "markers": False}, "is a cosine")],
+     ({"state_threshold": 0.9}, "pass markers=False"), ({"state_threshold": 2.0, "markers": False}, "is a cosine"),
+     ({"verify_top_k": 1}, "pass grounded=False for verify_top_k=1"), ({"gamma": 0.0}, r"gamma=0.0 must be in \(0, 1\]"),
+     ({"draft_tokens": 0}, "draft_tokens")],
 )
 def test_bad_settings_are_refused(settings, fragment):
     with pytest.raises(ValueError, match=fragment):
