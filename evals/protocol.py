@@ -41,7 +41,8 @@ logger = logging.getLogger(__name__)
 class EvalConfig:
     """Settings of ``dynvocab eval``; every one is recorded in the results."""
 
-    data: str = field(default="wikipedia", metadata={"help": "Embedded corpus of the held-out prompts: 'wikipedia' or 'licenses'."})
+    data: str = field(default="wikipedia", metadata={"help": "Embedded corpus of the held-out prompts: 'wikipedia', "
+                                                             "'licenses', 'licensedb' or 'licensedb-families'."})
     model: str = field(default="smollm2", metadata={"help": "Causal LM name or path ('smollm2' is the offline asset)."})
     checkpoint: str | None = field(default=None, metadata={"help": "Trained phrase encoder; default: the shipped one."})
     index: str | None = field(default=None, metadata={"help": "Document index dir; default: an index of --data's training part."})
@@ -120,8 +121,10 @@ class EvalConfig:
                                  "text) to it, or pass --verify_top_k 1")
         if not self.system_names:
             raise ValueError(f"systems={self.systems!r} names no system; e.g. --systems bare,dynamic")
-        if self.data not in ("wikipedia", "licenses"):
-            raise ValueError(f"data={self.data!r}; choose 'wikipedia' or 'licenses'")
+        from dynvocab.corpora import CORPORA
+
+        if self.data not in CORPORA:
+            raise ValueError(f"data={self.data!r}; choose one of {', '.join(CORPORA)}")
         check_encode_dtype(self.encode_dtype)
         if self.decoding not in ("greedy", "nucleus"):
             raise ValueError(f"decoding={self.decoding!r}; choose 'greedy' or 'nucleus'")

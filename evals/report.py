@@ -461,11 +461,32 @@ def bounds_line(bounds: dict) -> str:
             "goals).\n\n")
 
 
-def write_report(results: dict, config, command: str, systems: dict | None = None, bounds: dict | None = None) -> Path:
+def index_leak(records: list[dict], config, generators) -> dict:
+    """``evals.leakage.leak_check`` of the run's references against the documents of the index it retrieves from
+    (the corpus's indexed part unless ``--index`` names another)."""
+    from dynvocab.corpora import corpus_split
+
+    from .leakage import leak_check
+
+    first = [r for r in records if r["system"] == config.system_names[0]]
+    documents = (generators.index.documents if config.index else corpus_split(config.data)[0])
+    return leak_check([r["reference"] for r in first], [d["text"] for d in documents])
+
+
+def leak_line(leak: dict) -> str:
+    if not leak:
+        return ""
+    return (f"Leak check: {leak['whole']:.1%} of the {leak['references']} references stand whole, and "
+            f"{leak['first_32_words']:.1%} by their first 32 words, verbatim in a document of the index the systems "
+            "retrieve from (whitespace collapsed).\n\n")
+
+
+def write_report(results: dict, config, command: str, systems: dict | None = None, bounds: dict | None = None,
+                 leak: dict | None = None) -> Path:
     """results.json (every figure and setting), report.md (the paper's layout) and latency.png."""
     out = Path(config.output_dir)
     payload = {"config": asdict(config), "command": command, "environment": environment(), "systems": systems or {},
-               "mauve_bounds": bounds or {}, "results": results}
+               "mauve_bounds": bounds or {}, "leak": leak or {}, "results": results}
     (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
     timed = plot_latency(results, out / "latency.png")
     swept = plot_phrase_counts(results, out / "phrases.png")
@@ -487,6 +508,7 @@ def write_report(results: dict, config, command: str, systems: dict | None = Non
         f"{config.mauve_seeds} k-means seeds; Diversity ×100; PPL of the generated text under the bare LM.\n\n"
         f"Software: Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}; machine: {env['machine']}.\n\n"
         + bounds_line(bounds or {})
+        + leak_line(leak or {})
         + markdown_table(results)
         + "\n" + closeness_table(results, config)
         + "\n" + grounded_goals(results, config)

@@ -215,13 +215,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> None:
     from evals.protocol import EvalConfig, generate_all
-    from evals.report import mauve_bounds, score_all, write_report
+    from evals.report import index_leak, mauve_bounds, score_all, write_report
 
     config = dataclass_from_args(EvalConfig, args)
     records, timed, generators = generate_all(config)
     results = score_all(records, timed, config, generators)
     bounds = mauve_bounds(records, config, generators)
-    report = write_report(results, config, "dynvocab " + " ".join(args.argv), generators.settings(), bounds)
+    report = write_report(results, config, "dynvocab " + " ".join(args.argv), generators.settings(), bounds,
+                          index_leak(records, config, generators))
     print(report.read_text())
 
 
@@ -450,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_mwt.set_defaults(func=cmd_train_mwt)
 
     index = commands.add_parser("index", help="encode documents and build a FAISS index")
-    index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, 'wikipedia' or 'licenses'")
+    index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, or an embedded corpus's "
+                       "indexed part: 'wikipedia', 'licenses', 'licensedb' or 'licensedb-families'")
     index.add_argument("--output", required=True, help="directory of the saved index")
     index.add_argument("--encoder", default=DEFAULT_RETRIEVER, help=ENCODER_HELP + "; "
                        "a finetune-encoder --encoder hybrid output builds a hybrid (dense + sparse) index")

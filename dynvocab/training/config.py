@@ -25,7 +25,9 @@ class TrainConfig(LoopSettings, JsonConfig):
     """Settings of ``dynvocab train``; defaults follow the paper where it gives one (the loop's own: ``LoopSettings``)."""
 
     model: str = field(default="smollm2", metadata={"help": "Hub name or path of the causal LM; 'smollm2' is the offline asset."})
-    data: str = field(default="wikipedia", metadata={"help": "Text/JSONL file, datasets name or dir; 'wikipedia' is the offline asset."})
+    data: str = field(default="wikipedia", metadata={"help": "Text/JSONL file, datasets name or dir, or an embedded "
+                                                             "corpus (its indexed part): 'wikipedia', 'licenses', "
+                                                             "'licensedb', 'licensedb-families'."})
     output_dir: str = field(default="runs/dynvocab", metadata={"help": "Checkpoints and logs go here."})
     text_field: str = field(default="text", metadata={"help": "Field holding the text in JSONL files and datasets."})
     held_out: float = field(default=WIKIPEDIA_HELD_OUT, metadata={"help": "Share of the offline Wikipedia leads held out from training."})

@@ -25,6 +25,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..assets import resolve_model
+from ..corpora import CORPORA, corpus_split
 from ..loading import LM_ADAPTER, LM_WEIGHTS
 from ..model import DynamicVocabLM
 from ..precision import cpu_processes, mixed_precision
@@ -116,6 +117,8 @@ def training_texts(config: TrainConfig) -> list[str] | Iterator[str]:
     so the held-out documents that ``dynvocab eval`` uses are never trained on."""
     if config.data == "wikipedia":
         return wikipedia_split(held_out=config.held_out)[0]
+    if config.data in CORPORA:  # the other embedded corpora: their indexed part, the split eval holds out from
+        return [document["text"] for document in corpus_split(config.data)[0]]
     return iter_texts(config.data, text_field=config.text_field)
 
 

@@ -23,7 +23,7 @@ CASES = [
     ("time_callable a non-callable", lambda: time_callable(5), TypeError, "callable"),
     ("EvalConfig zero prompts", lambda: EvalConfig(num_prompts=0), ValueError, "num_prompts=0"),
     ("EvalConfig prompts as a string", lambda: EvalConfig(num_prompts="200"), TypeError, "must be int"),
-    ("EvalConfig an unknown corpus", lambda: EvalConfig(data="news"), ValueError, "'wikipedia' or 'licenses'"),
+    ("EvalConfig an unknown corpus", lambda: EvalConfig(data="news"), ValueError, "choose one of wikipedia, licenses, licensedb, licensedb-families"),
     ("EvalConfig an unknown decoding", lambda: EvalConfig(decoding="beam"), ValueError, "'greedy' or 'nucleus'"),
     ("EvalConfig top_p of 0", lambda: EvalConfig(top_p=0.0), ValueError, "top_p"),
     ("EvalConfig an unknown featurizer", lambda: EvalConfig(mauve_featurizer="bert"), ValueError, "mauve_featurizer"),
