@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dynvocab.atomic import atomic_directory, recover, verify
+from dynvocab.atomic import atomic_directory, verify
 from dynvocab.config import as_int
 
 from .ann import as_vectors
@@ -107,7 +107,8 @@ def read_shards(documents: list[dict[str, str]], directory: str | Path, num_shar
 
 
 def _is_written(path: Path) -> bool:
-    recover(path)
+    """Whether the shard's folder is complete. Nothing is recovered here: another process may be writing it right now
+    (its own ``atomic_directory`` recovers a killed save of it before writing)."""
     return (path / SHARD_FILE).is_file()
 
 
