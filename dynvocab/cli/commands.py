@@ -116,7 +116,7 @@ def build_from_shards(args: argparse.Namespace, source, part: str) -> bool:
     from ..precision import cpu_processes, encode_autocast
 
     state = PartialState(cpu=cpu_processes())
-    num_shards = args.num_shards or state.num_processes
+    num_shards = args.num_shards if args.num_shards is not None else state.num_processes
     if num_shards < 1:
         raise ValueError(f"--num-shards {num_shards} must be >= 1")
     if args.shard is not None and not 0 <= args.shard < num_shards:

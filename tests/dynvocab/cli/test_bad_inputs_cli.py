@@ -58,6 +58,16 @@ CASES = [
     ("eval-qa an unknown n-gram scope", ["eval-qa", "--no_repeat_ngram_scope", "answer"], "choose 'all'"),
     ("qa an unknown n-gram scope", ["qa", "--question", "Why?", "--no_repeat_ngram_scope", "answer"], "choose 'all'"),
     ("demo zero prompts", ["demo", "--prompts", "0"], "must be >= 1"),
+    ("index a shard past the last", ["index", "--data", "{a_file}", "--output", "{tmp}/i", "--shards", "{tmp}/s",
+                                     "--num-shards", "2", "--shard", "2"], "--shard 2 does not exist in --num-shards 2"),
+    ("index zero shards", ["index", "--data", "{a_file}", "--output", "{tmp}/i", "--shards", "{tmp}/s",
+                           "--num-shards", "0"], "--num-shards 0 must be >= 1"),
+    ("pseudo-queries none a document", ["pseudo-queries", "--output", "{tmp}/q.jsonl", "--per-document", "0"],
+     "--per-document 0 and --batch-size 32 must be >= 1"),
+    ("eval an unknown corpus", ["eval", "--data", "news"], "choose one of wikipedia, licenses, licensedb"),
+    ("eval-qa grounded and verified", ["eval-qa", "--systems", "ngram:verify=1:gamma=0.5"], "drop :verify"),
+    ("qa grounded with verification", ["qa", "--question", "Why?", "--verify_top_k", "1"],
+     "pass grounded=False for verify_top_k=1"),
 ]
 
 
