@@ -161,9 +161,14 @@ def cite_copies(answer: str, citations: Sequence[Citation], documents: Sequence[
         end = begin + len(span.text)
         if begin < 0 or any(start < end and begin < stop for start, stop in plain):
             continue  # not found, or through a marker
+        if end < len(answer) and answer[end].isalnum() and answer[end - 1].isalnum():  # ends inside a word ("17|th")
+            end = max((i for i in range(begin, end) if not answer[i].isalnum()), default=begin)
+            end = len(answer[:end].rstrip())
+            if end <= begin:
+                continue
         number = span.document + 1
         if marker(number) not in re.match(r"[\s.,;:!?]*(?:\[\d+\])*", answer[end:]).group():
-            inserted.append((end, number, span.text))
+            inserted.append((end, number, answer[begin:end]))
     parts, moved, last, shift = [], [], 0, 0
     for where, number, text in inserted:
         parts += [answer[last:where], marker(number)]

@@ -242,6 +242,9 @@ def test_a_span_copied_from_a_document_is_followed_by_its_marker_once(tokenizer)
     again, same = cite_copies(marked, moved, DOCS, tokenizer, min_tokens=4)  # the marker stands there already
     assert again == marked and same == moved
     assert cite_copies("It lies near a river.", [], DOCS, tokenizer, min_tokens=4) == ("It lies near a river.", [])
+    # a copy that stops inside a word is cited up to the word before: never "the 17[1]th"
+    inside, cut = cite_copies("It lies on the Hudson Riverside.", [], DOCS, tokenizer, min_tokens=4)
+    assert inside == "It lies on the Hudson[1] Riverside." and cut[0].span == "It lies on the Hudson"
 
 
 def test_a_grounded_answer_at_gamma_one_is_the_lms_own_in_fewer_steps_and_its_copies_cite(model, tokenizer):
