@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 assets: $(STAMP)
-	$(BIN)/python -m dynvocab.assets
+	$(BIN)/python -m dynvocab.data.assets
 
 demo: assets
 	$(OFFLINE) $(BIN)/dynvocab demo

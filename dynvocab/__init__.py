@@ -1,20 +1,20 @@
 """Phrase vocabularies that change at run time for Hugging Face causal LMs."""
 
-from .agreement import PhraseAgreement
 from .config import DynamicVocabConfig
-from .context_gate import PhraseContextGate, left_contexts
+from .decoding.agreement import PhraseAgreement
+from .decoding.context_gate import PhraseContextGate, left_contexts
+from .decoding.repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
+from .decoding.verification import VerifiedOutput, generate_grounded, generate_verified
+from .hardware.packed_linear import pack_linear_layers, unpack_linear_layers
 from .model import DynamicVocabLM
-from .packed_linear import pack_linear_layers, unpack_linear_layers
-from .phrase_encoder import PhraseEncoder
-from .phrase_table import Phrase, PhraseTable
-from .repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
-from .scoring import DotProductScorer
-from .shortlist import ShortlistConfig, ShortlistHead
-from .shortlist_scorer import ShortlistScorer
-from .state_keys import StateKeys, state_keys
-from .state_store import DocumentStates
-from .text import Segment
-from .verification import VerifiedOutput, generate_grounded, generate_verified
+from .phrases.encoder import PhraseEncoder
+from .phrases.mixed_ids import Segment
+from .phrases.table import Phrase, PhraseTable
+from .scoring.dot_product import DotProductScorer
+from .scoring.shortlist_head import ShortlistConfig, ShortlistHead
+from .scoring.shortlist_scorer import ShortlistScorer
+from .states.keys import StateKeys, state_keys
+from .states.store import DocumentStates
 
 __all__ = [
     "DocumentStates",

@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .assets import resolve_model
-from .atomic import recover
+from .data.assets import resolve_model
+from .hardware.packed_linear import pack_linear_layers
+from .io.atomic import recover
 from .model import DynamicVocabLM
-from .packed_linear import pack_linear_layers
 
 __all__ = ["LM_ADAPTER", "LM_WEIGHTS", "SHIPPED_CHECKPOINTS", "SHIPPED_ENCODER", "SHIPPED_MWT", "freeze_loaded_objects",
            "load_dynamic_lm", "load_lm"]
@@ -34,7 +34,7 @@ SHIPPED_MWT = SHIPPED_CHECKPOINTS / "smollm2-wikipedia-mwt"
 def load_lm(name: str) -> tuple[torch.nn.Module, object]:
     """The causal LM (float32, eval mode) and its tokenizer, by Hub name, path or offline alias.
 
-    Its linear layers run on prepacked weights at CPU inference (:mod:`dynvocab.packed_linear`); training and
+    Its linear layers run on prepacked weights at CPU inference (:mod:`dynvocab.hardware.packed_linear`); training and
     GPUs take torch's own path.
     """
     path = resolve_model(name)
@@ -86,7 +86,7 @@ def freeze_loaded_objects() -> None:
 
     Call it once the model, tokenizer and index are loaded, before serving or timing requests. A loaded stack holds
     some 400,000 objects the collector tracks, and each full collection walks them all: 215 ms on a 2-core CPU, inside
-    about one demo request in ten (``results/gc-pauses/``). Frozen objects are still freed when nothing refers to
+    about one demo request in ten (``results/request-path/gc-pauses/``). Frozen objects are still freed when nothing refers to
     them; only reference cycles among them stay until ``gc.unfreeze()``. The command line, the server and the
     evaluations call it after loading.
     """

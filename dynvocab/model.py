@@ -17,21 +17,27 @@ from torch import nn
 from transformers import GenerationMixin, LogitsProcessorList, PreTrainedModel, TextStreamer
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from . import text
-from .assets import resolve_model
 from .config import DynamicVocabConfig
-from .agreement import FirstTokenMass, PhraseAgreement, PhraseBias
-from .context_gate import PhraseContextGate, PhraseContexts, context_size
-from .phrase_encoder import PhraseEncoder, unwrap_model
-from .phrase_cache import PhraseVectorCache
-from .phrase_store import PhraseVectorStore, encoder_fingerprint
-from .phrase_table import PhraseLike, PhraseTable, as_phrase, phrase_list
-from .precision import encode_autocast_dtype
-from .repetition import PhraseMaxUses, PhraseNGrams, PhraseNoRepeatNGram, PhraseRepetitionPenalty, check_no_repeat_scope
-from .readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
-from .scoring import DotProductScorer
+from .data.assets import resolve_model
+from .decoding.agreement import FirstTokenMass, PhraseAgreement, PhraseBias
+from .decoding.context_gate import PhraseContextGate, PhraseContexts, context_size
+from .decoding.readback import WIDTHS_ATTRIBUTE, expansion_table, physical_inputs
+from .decoding.repetition import (
+    PhraseMaxUses,
+    PhraseNGrams,
+    PhraseNoRepeatNGram,
+    PhraseRepetitionPenalty,
+    check_no_repeat_scope,
+)
+from .hardware.precision import encode_autocast_dtype
+from .phrases import mixed_ids
+from .phrases.cache import PhraseVectorCache
+from .phrases.encoder import PhraseEncoder, unwrap_model
+from .phrases.store import PhraseVectorStore, encoder_fingerprint
+from .phrases.table import PhraseLike, PhraseTable, as_phrase, phrase_list
+from .scoring.dot_product import DotProductScorer
 from .serialization import load, save, tokenizer_fingerprint
-from .state_keys import StateGatedScorer, StateKeys
+from .states.keys import StateGatedScorer, StateKeys
 
 logger = logging.getLogger(__name__)
 
@@ -297,25 +303,25 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             masks = self.phrase_table.row_masks()
             if masks is not None:
                 allowed = set(masks[row].nonzero().flatten().tolist())
-        return text.tokenize(text_, self.tokenizer, self.phrase_table, allowed)
+        return mixed_ids.tokenize(text_, self.tokenizer, self.phrase_table, allowed)
 
     def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False) -> str:
-        return text.decode(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens)
+        return mixed_ids.decode(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens)
 
     def segments(
         self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = False, row: int | None = None
-    ) -> list[text.Segment]:
+    ) -> list[mixed_ids.Segment]:
         """Each phrase of ``ids`` and each run of tokens between them, with phrase sources.
 
         After ``set_phrases`` with one list per row, ``row`` gives the sources of that row's set
         (the same text may come from another document in another row).
         """
         sources = None if row is None else self.phrase_table.row_sources(row)
-        return text.segments(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens, sources)
+        return mixed_ids.segments(_as_list(ids), self.tokenizer, self.phrase_table, skip_special_tokens, sources)
 
     def text_streamer(self, skip_prompt: bool = True, **decode_kwargs) -> TextStreamer:
         """A ``TextStreamer`` for ``generate(streamer=...)`` that prints phrases as text."""
-        return TextStreamer(text.PhraseAwareDecoder(self.tokenizer, self.phrase_table), skip_prompt, **decode_kwargs)
+        return TextStreamer(mixed_ids.PhraseAwareDecoder(self.tokenizer, self.phrase_table), skip_prompt, **decode_kwargs)
 
     # ------------------------------------------------------------------ forward
     def embed(self, input_ids: torch.Tensor, phrase_inputs: torch.Tensor | None = None) -> torch.Tensor:
@@ -490,6 +496,15 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         if inputs_embeds is not None:
             raise ValueError("readback='tokens' feeds phrases as their token ids, so generate() needs input_ids, not "
                              "inputs_embeds; pass input_ids or set model.dynvocab_config.readback = 'vector'")
+        return self.token_readback_inputs(input_ids, past_key_values, attention_mask, **kwargs)
+
+    def token_readback_inputs(self, input_ids: torch.LongTensor, past_key_values=None, attention_mask=None,
+                              **kwargs) -> dict:
+        """One step's inputs under the token read-back, whatever ``dynvocab_config.readback`` says: the steps the
+        cache lacks, each emitted phrase fed as its tokens (``dynvocab.decoding.readback``).
+
+        ``input_ids`` ``(B, L)`` are all logical ids so far; the returned ``input_ids`` ``(B, l)`` physical ones.
+        """
         for handled_here in ("next_sequence_length", "position_ids", "is_first_iteration"):
             kwargs.pop(handled_here, None)
         cached = None
@@ -527,17 +542,17 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
         Per-row phrase sets follow their rows through beam search and
         ``num_return_sequences``. Returned ids ``>= V`` are phrases: see ``decode`` and
         ``segments``. ``no_repeat_ngram_size`` and ``repetition_penalty`` count a phrase
-        as the tokens it spells (``dynvocab.repetition``), so a phrase cannot loop;
+        as the tokens it spells (``dynvocab.decoding.repetition``), so a phrase cannot loop;
         ``no_repeat_ngram_scope="new"`` counts only the n-grams this call writes, not the
         prompt's (an answer may copy its documents, but not repeat itself);
         ``phrase_agreement_top_k=k`` lets a phrase start only with one of the LM's top-k
-        tokens (``dynvocab.agreement``); ``phrase_first_token_mass=True`` keeps the LM's
+        tokens (``dynvocab.decoding.agreement``); ``phrase_first_token_mass=True`` keeps the LM's
         own next-token distribution and lets phrases share their first token's mass;
         ``phrase_max_uses=n`` emits each phrase at most ``n`` times per row;
         ``phrase_bias=b`` adds ``b`` to every phrase score, before the rest;
         ``phrase_contexts`` lets a phrase follow only the left contexts it was seen after
-        (``dynvocab.context_gate``); ``phrase_state_keys`` lets it compete only where the LM's state is close to
-        its state before the phrase in a document (``dynvocab.state_keys``).
+        (``dynvocab.decoding.context_gate``); ``phrase_state_keys`` lets it compete only where the LM's state is close to
+        its state before the phrase in a document (``dynvocab.states.keys``).
         """
         inputs = kwargs.get("input_ids", args[0] if args else None)
         if inputs is not None:
@@ -571,7 +586,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
 
     @contextlib.contextmanager
     def state_gate(self, keys: StateKeys | None):
-        """Inside the block a phrase competes only where ``keys`` open it (``dynvocab.state_keys``); None: no gate.
+        """Inside the block a phrase competes only where ``keys`` open it (``dynvocab.states.keys``); None: no gate.
         ``generate(phrase_state_keys=...)`` does this for its call."""
         scorer = self.scorer
         if keys is not None:
@@ -653,7 +668,7 @@ class DynamicVocabLM(PreTrainedModel, GenerationMixin):
             raise TypeError(
                 "phrase_contexts must be a mapping {n context token ids: phrases' token ids} or a non-empty list of "
                 f"them (one per prompt, None for an ungated one), got {type(contexts).__name__}; build each with "
-                "dynvocab.context_gate.left_contexts"
+                "dynvocab.decoding.context_gate.left_contexts"
             )
         for row in rows:
             if row:

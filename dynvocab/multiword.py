@@ -18,10 +18,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .atomic import atomic_directory, recover, verify
-from .ngrams import mine_ngrams, word_boundaries, word_start_flags
-from .segmentation import forward_max_match
+from .io.atomic import atomic_directory, recover, verify
 from .serialization import tokenizer_fingerprint
+from .tokens.ngrams import mine_ngrams, word_boundaries, word_start_flags
+from .tokens.segmentation import forward_max_match
 
 __all__ = ["CONFIG_NAME", "MultiWordLM", "MultiWordVocab", "WEIGHTS_NAME"]
 

@@ -7,14 +7,14 @@ import json
 import logging
 from pathlib import Path
 
+import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-import torch
 
-from .atomic import atomic_directory, recover, verify
 from .config import CONFIG_NAME, DynamicVocabConfig
-from .phrase_encoder import PhraseEncoder, unwrap_model
-from .phrase_table import PhraseTable
+from .io.atomic import atomic_directory, recover, verify
+from .phrases.encoder import PhraseEncoder, unwrap_model
+from .phrases.table import PhraseTable
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 def save(model, directory: str | Path, save_phrases: bool = False) -> None:
-    """Write the model's own files into ``directory`` atomically (``dynvocab.atomic``), with a manifest last."""
+    """Write the model's own files into ``directory`` atomically (``dynvocab.io.atomic``), with a manifest last."""
     with atomic_directory(directory) as staging:
         write_model_files(model, staging, save_phrases)
 
@@ -87,11 +87,12 @@ def load(cls, directory: str | Path, base_model, tokenizer, verify_files: bool =
     base = unwrap_model(base_model)
     _check_base(config, base, tokenizer, tokenizer_fingerprint(tokenizer), directory)
     body = json.loads((directory / ENCODER_CONFIG).read_text(encoding="utf-8"))
+    weights = load_file(directory / ENCODER_WEIGHTS)
+    _refuse_non_finite(weights, str(directory / ENCODER_WEIGHTS))
+    _check_output_size(weights, base.config.hidden_size, directory)
     encoder = PhraseEncoder.from_config_dict(
         body["config"], base.config.hidden_size, config.head_hidden_size, body["shares_embeddings"]
     )
-    weights = load_file(directory / ENCODER_WEIGHTS)
-    _refuse_non_finite(weights, str(directory / ENCODER_WEIGHTS))
     result = encoder.load_state_dict(weights, strict=False)
     if result.unexpected_keys or (not body["shares_embeddings"] and result.missing_keys):
         raise ValueError(f"{directory / ENCODER_WEIGHTS} does not match its config: {result}")
@@ -135,6 +136,20 @@ def _refuse_non_finite(tensors: dict[str, torch.Tensor], what: str) -> None:
                 f"{what} hold NaN or Inf values (tensor {name!r}); the file is corrupted or the training diverged: "
                 "restore a good copy, or retrain from the last good checkpoint"
             )
+
+
+def _check_output_size(weights: dict[str, torch.Tensor], hidden_size: int, directory: Path) -> None:
+    """Refuse an encoder whose head writes vectors for an LM of another hidden size (the config's ``base_*`` keys,
+    which say so first, may have been edited away)."""
+    last = max((key for key in weights if key.startswith("head.") and key.endswith(".weight")),
+               key=lambda key: int(key.split(".")[1]), default=None)
+    saved = weights[last].shape[0] // 2 if last is not None else hidden_size  # (input, output) vectors per phrase
+    if saved != hidden_size:
+        raise ValueError(
+            f"{directory / ENCODER_WEIGHTS} was trained for an LM of hidden size {saved}, and the base model has hidden "
+            f"size {hidden_size}; load it onto the LM it was trained on (the base_model_type and base_hidden_size of "
+            f"{directory / CONFIG_NAME}, if they were not edited away), or train a phrase encoder for this LM"
+        )
 
 
 def _check_base(config: DynamicVocabConfig, base, tokenizer, fingerprint: str, directory: Path) -> None:

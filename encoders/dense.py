@@ -78,7 +78,7 @@ class DenseEncoder:
     Args:
         model_name_or_path: a Hub id or folder for ``AutoModel.from_pretrained``, or a
             loaded ``PreTrainedModel``. Defaults to all-MiniLM-L6-v2 by its Hub id; a caller that works
-            offline passes the local folder (``dynvocab.assets.minilm_dir()``).
+            offline passes the local folder (``dynvocab.data.assets.minilm_dir()``).
         tokenizer: defaults to ``AutoTokenizer.from_pretrained`` on the same name.
         pooling: ``"mean"`` or ``"cls"``.
         normalize: L2-normalise the outputs.

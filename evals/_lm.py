@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import torch
 
-from dynvocab.padding import position_ids_from_mask
+from dynvocab.tokens.padding import position_ids_from_mask
 
 logger = logging.getLogger(__name__)
 

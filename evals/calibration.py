@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from dynvocab.context_gate import PhraseContexts, context_size
+from dynvocab.decoding.context_gate import PhraseContexts, context_size
 
 __all__ = ["CalibrationCounts", "calibration_counts", "context_allowed", "count_positions", "fitting_phrases",
            "next_item_logits"]

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dynvocab.padding import last_token_index, pad_id, pad_sequences
+from dynvocab.tokens.padding import last_token_index, pad_id, pad_sequences
 
 from . import _lm
 
@@ -262,8 +262,8 @@ def sentence_embedding_features(
 
 
 def minilm_features(texts: Sequence[str], *, max_tokens: int | None = 256, batch_size: int = 32) -> Features:
-    """``sentence_embedding_features`` with the offline all-MiniLM-L6-v2 folder from ``dynvocab.assets``."""
-    from dynvocab.assets import minilm_dir
+    """``sentence_embedding_features`` with the offline all-MiniLM-L6-v2 folder from ``dynvocab.data.assets``."""
+    from dynvocab.data.assets import minilm_dir
 
     features = sentence_embedding_features(texts, str(minilm_dir()), max_tokens=max_tokens, batch_size=batch_size)
     return Features(features.values, "all-MiniLM-L6-v2:mean-pool", max_tokens)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
-from dynvocab.padding import pad_id, pad_sequences
+from dynvocab.tokens.padding import pad_id, pad_sequences
 
 from . import _lm
 

@@ -26,11 +26,11 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LogitsProcessorList
 
-from dynvocab.assets import DEFAULT_RETRIEVER, ENCODER_HELP
 from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
-from dynvocab.jsonl import iter_jsonl
+from dynvocab.data.assets import DEFAULT_RETRIEVER, ENCODER_HELP
+from dynvocab.decoding.repetition import PhraseNoRepeatNGram
+from dynvocab.io.jsonl import iter_jsonl
 from dynvocab.loading import SHIPPED_ENCODER, SHIPPED_MWT, freeze_loaded_objects
-from dynvocab.repetition import PhraseNoRepeatNGram
 
 from .latency import STAGES, StageTimer
 from .systems import BASES, GROUNDED, OPTIONS, TRAINED, SystemSpec, parse_system
@@ -121,7 +121,7 @@ class EvalConfig:
                                  "text) to it, or pass --verify_top_k 1")
         if not self.system_names:
             raise ValueError(f"systems={self.systems!r} names no system; e.g. --systems bare,dynamic")
-        from dynvocab.corpora import CORPORA
+        from dynvocab.data.corpora import CORPORA
 
         if self.data not in CORPORA:
             raise ValueError(f"data={self.data!r}; choose one of {', '.join(CORPORA)}")
@@ -140,7 +140,7 @@ class EvalConfig:
 
     def _resolve_decoding_defaults(self) -> None:
         """A ``None`` among the decoding-dependent settings becomes the pipeline's default, so results record values."""
-        from retrieval.pipeline import GROUNDED_GAMMA, GROUNDED_RELAX_AFTER, decoding_settings
+        from retrieval.config import GROUNDED_GAMMA, GROUNDED_RELAX_AFTER, decoding_settings
 
         for name, value in decoding_settings(self.decoding == "nucleus", self).items():
             setattr(self, name, value)
@@ -155,7 +155,7 @@ class EvalConfig:
 def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
     """``{"id", "prompt", "reference"}`` from held-out documents long enough for both parts, after the first
     ``config.skip_prompts`` of them."""
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
 
     return document_prompts(tokenizer, corpus_split(config.data)[1], config)
 
@@ -183,7 +183,7 @@ def document_prompts(tokenizer, documents: list[dict], config: EvalConfig) -> li
 def refuse_held_out(documents: list[dict], data: str, path: str) -> None:
     """Refuse an index that holds held-out documents of ``data``: retrieving a prompt's own document would let a
     system copy its reference, and the report would look better than it is."""
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
 
     held_out = {document["id"] for document in corpus_split(data)[1]}
     leaked = [document["id"] for document in documents if document.get("id") in held_out]
@@ -306,7 +306,7 @@ class Generators:
 
     def sampling(self, spec: SystemSpec | None = None) -> dict:
         """``generate`` arguments of the configured decoding (pure nucleus: no top-k), with the system's safeguards."""
-        from retrieval.pipeline import PipelineConfig
+        from retrieval.config import PipelineConfig
 
         c, spec = self.config, spec or parse_system("bare")
         return PipelineConfig(
@@ -334,10 +334,9 @@ class Generators:
 
     def _bare(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
         """The LM alone, or with the top documents in its context (``bare-rag``), under the reference's character budget."""
-        from dynvocab.generation import generate_continuations
-        from dynvocab.padding import pad_id
-
-        from retrieval.pipeline import in_context_ids
+        from dynvocab.decoding.generation import generate_continuations
+        from dynvocab.tokens.padding import pad_id
+        from retrieval.reading import in_context_ids
 
         timer = StageTimer()
         prompts = [item["prompt"] for item in items]
@@ -373,7 +372,7 @@ class Generators:
 
     def _cited(self, ids: list[int], documents: list[dict]) -> dict:
         """What a continuation (LM token ids) cites from the documents in its context (none: {})."""
-        from dynvocab.citations import cite
+        from dynvocab.decoding.citations import cite
 
         if not documents:
             return {}
@@ -385,7 +384,7 @@ class Generators:
     def _citation_record(self, citations: list, documents: list[dict], text: str, copied: int) -> dict:
         """A continuation's copied tokens, its tokens, and its citations: their count, the share of its characters
         they cover, and whether each stands verbatim at its offset in its document."""
-        from dynvocab.citations import cited_share
+        from dynvocab.decoding.citations import cited_share
 
         return {"copied_tokens": copied, "tokens": len(self.tokenizer(text, add_special_tokens=False).input_ids),
                 "citations": len(citations), "cited_share": cited_share(citations, text),
@@ -394,8 +393,8 @@ class Generators:
 
     def _multiword(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
         """The MWT baseline under the reference's character budget."""
-        from dynvocab.generation import generate_continuations
-        from dynvocab.padding import pad_id
+        from dynvocab.decoding.generation import generate_continuations
+        from dynvocab.tokens.padding import pad_id
 
         start, vocab = time.perf_counter(), self.mwt.vocab
         prompts = [vocab.encode(item["prompt"], add_special_tokens=True) for item in items]
@@ -420,7 +419,7 @@ class Generators:
         )  # the PipelineConfig's generation_kwargs() are what sampling() gives the other systems
 
     def _pipeline_config(self, spec: SystemSpec):
-        from retrieval.pipeline import PipelineConfig
+        from retrieval.config import PipelineConfig
 
         c = self.config
         settings = self._shared_settings(spec)
@@ -434,7 +433,7 @@ class Generators:
         )
 
     def _grounded_config(self, spec: SystemSpec):
-        from retrieval.pipeline import PipelineConfig
+        from retrieval.config import PipelineConfig
 
         c = self.config
         settings = self._shared_settings(spec)

@@ -16,9 +16,9 @@ from .compression import compression
 from .latency import STAGES, summarize
 from .mauve import causal_lm_features, gpt2_large_features, mauve_score, minilm_features, paired_mauve_gain
 from .perplexity import perplexity
-from .systems import matched_bare, parse_system
 from .repetition import diversity
 from .score_cache import ScoreCache, score_key
+from .systems import matched_bare, parse_system
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def mauve_bounds(records: list[dict], config, generators) -> dict:
 def other_references(tokenizer, config, count: int) -> list[str]:
     """The references of ``count`` documents of the corpus's training part, cut as the held-out prompts are: human
     text of the same kind and length, about other subjects."""
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
 
     from .protocol import document_prompts
 
@@ -464,7 +464,7 @@ def bounds_line(bounds: dict) -> str:
 def index_leak(records: list[dict], config, generators) -> dict:
     """``evals.leakage.leak_check`` of the run's references against the documents of the index it retrieves from
     (the corpus's indexed part unless ``--index`` names another)."""
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
 
     from .leakage import leak_check
 

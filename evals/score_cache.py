@@ -17,7 +17,7 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from dynvocab.jsonl import iter_jsonl
+from dynvocab.io.jsonl import iter_jsonl
 
 __all__ = ["ScoreCache", "score_key"]
 

@@ -24,10 +24,10 @@ import torch
 from transformers import StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.decoding.stopping import CharacterBudget
+from dynvocab.hardware.precision import encode_autocast_dtype
 from dynvocab.loading import load_lm
-from dynvocab.precision import encode_autocast_dtype
-from dynvocab.stopping import CharacterBudget
 from retrieval import extract_phrases
 
 

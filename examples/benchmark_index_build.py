@@ -30,7 +30,7 @@ SHIFT = 37
 
 def cut_passages(count: int, words: int) -> tuple[list[dict[str, str]], int]:
     """``count`` passages of ``words`` words from every corpus here, and the rounds of shifted windows it took."""
-    from dynvocab.assets import license_texts, wikipedia_leads
+    from dynvocab.data.assets import license_texts, wikipedia_leads
 
     texts = [document["text"].split() for document in wikipedia_leads() + license_texts()]
     passages: list[dict[str, str]] = []
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
     from retrieval.index.documents import load_documents
     from retrieval.index.shards import read_shards
     from retrieval.loading import document_encoder

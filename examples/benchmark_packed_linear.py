@@ -1,4 +1,4 @@
-"""Benchmark of prepacked linear layers (``dynvocab.packed_linear``) against torch's own, on SmolLM2-135M.
+"""Benchmark of prepacked linear layers (``dynvocab.hardware.packed_linear``) against torch's own, on SmolLM2-135M.
 
 Side by side in this one run, the same LM with its linear layers packed and plain (each round times both, in turn
 and in reverse order every other round):
@@ -7,7 +7,7 @@ and in reverse order every other round):
 (b) greedy decoding after the first 200 characters of the last Wikipedia leads, seconds per step;
 (c) whether greedy decoding writes the same tokens both ways.
 
-    python examples/benchmark_packed_linear.py --output results/packed-linear/figures.json
+    python examples/benchmark_packed_linear.py --output results/request-path/packed-linear/figures.json
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from dynvocab import unpack_linear_layers
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.decoding.verification import forward_seconds
 from dynvocab.loading import load_lm
-from dynvocab.verification import forward_seconds
 
 LENGTHS = (1, 2, 3, 5, 9)
 

@@ -3,13 +3,13 @@
 Each prompt's phrases are cut from its top-k documents (the pipeline's own retrieval and extraction), then plugged
 into three copies of the model that share the LM and the phrase encoder's weights: one encodes every phrase, one keeps
 phrase vectors across requests (``phrase_cache_mb``), one reads them from the store that ``dynvocab phrase-vectors``
-wrote beside the index (``dynvocab.phrase_store``; skipped when the index has none). The cache is first warmed on
+wrote beside the index (``dynvocab.phrases.store``; skipped when the index has none). The cache is first warmed on
 prompts from the training split, then each copy plugs in the phrases of the held-out prompts of ``dynvocab eval``, in
 turn for each prompt, so a busy machine slows all alike. Prints the median and mean encode time per prompt, the
 ratios to no reuse (target: at most 0.10), the hit rates on the held-out prompts and the memory of each.
 
     python -m dynvocab phrase-vectors --index .cache/demo/wikipedia-index-minilm-wikipedia   # the default retriever's index
-    python examples/benchmark_phrase_cache.py --warmup-prompts 100 --num-prompts 200 --output results/phrase-cache/figures.json
+    python examples/benchmark_phrase_cache.py --warmup-prompts 100 --num-prompts 200 --output results/request-path/phrase-cache/figures.json
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", help="also write the figures as JSON here")
     args = parser.parse_args(argv)
 
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
     from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
     from retrieval.loading import demo_index
     from retrieval.phrase_vectors import STORE_FILE, store_path

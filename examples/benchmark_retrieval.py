@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     import torch
     from transformers import AutoTokenizer, GPT2TokenizerFast
 
-    from dynvocab.assets import fanoutqa_dev, gpt2_tokenizer_dir, minilm_dir, smollm2_dir, wikipedia_leads
-    from dynvocab.precision import encode_autocast_dtype
+    from dynvocab.data.assets import fanoutqa_dev, gpt2_tokenizer_dir, minilm_dir, smollm2_dir, wikipedia_leads
+    from dynvocab.hardware.precision import encode_autocast_dtype
     from encoders import DenseEncoder
     from retrieval import DocumentIndex
 

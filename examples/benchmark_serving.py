@@ -17,7 +17,7 @@ requests write different amounts of text in their ``--max-tokens`` ids (a phrase
 each prompt in every mode in turn, one at a time, and give each mode's time per character over the bare LM's on the
 same prompt (median), which a drifting machine moves less than the levels' figures.
 
-    nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving
+    nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving/load
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import torch
 
 def prompts_of(count: int, tokenizer, prefix_tokens: int = 32) -> list[str]:
     """The first ``prefix_tokens`` tokens of the first ``count`` held-out Wikipedia leads."""
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
 
     prompts = []
     for lead in corpus_split("wikipedia")[1]:
@@ -55,7 +55,7 @@ def prompts_of(count: int, tokenizer, prefix_tokens: int = 32) -> list[str]:
 def start_server(engine, config) -> tuple[str, object, threading.Thread]:
     import uvicorn
 
-    from dynvocab.serving.app import create_app
+    from dynvocab.serving.http.app import create_app
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
 
     from dynvocab.serving import ServerConfig
-    from dynvocab.serving.server import load_engine
+    from dynvocab.serving.http.server import load_engine
 
     config = ServerConfig(model=args.model, checkpoint=args.checkpoint, index=args.index, port=0,
                           max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms, max_queue=args.max_queue,

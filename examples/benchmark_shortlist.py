@@ -32,12 +32,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
-from dynvocab.assets import wikipedia_leads
-from dynvocab.corpora import corpus_split
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.data.corpora import corpus_split
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-from dynvocab.scoring import DotProductScorer
-from dynvocab.shortlist import ShortlistHead
-from dynvocab.shortlist_scorer import SCORER_DEFAULTS
+from dynvocab.scoring.dot_product import DotProductScorer
+from dynvocab.scoring.shortlist_head import ShortlistHead
+from dynvocab.scoring.shortlist_scorer import SCORER_DEFAULTS
 from retrieval import extract_phrases
 
 

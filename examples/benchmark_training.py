@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from dynvocab.training.batching import collate
+from dynvocab.training.collate import collate
 from dynvocab.training.config import TrainConfig
 from dynvocab.training.loss import dynamic_vocab_loss, next_item_loss
 from dynvocab.training.trainer import Trainer, sample_stream

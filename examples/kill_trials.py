@@ -6,7 +6,7 @@ this process: the last complete copy must load (and verify), and a resumed train
 must log every step once, with the same losses as an uninterrupted run. Tiny random
 models, so it runs on a CPU in minutes:
 
-    python examples/kill_trials.py --trials 20 --output results/reliability/kill_trials.json
+    python examples/kill_trials.py --trials 20 --output results/reliability/kills-and-mutants/kill_trials.json
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ Trainer(TrainConfig(**json.loads(sys.argv[1]))).train()
 def tiny_lm(folder: Path) -> Path:
     from transformers import GPT2TokenizerFast
 
-    from dynvocab.assets import gpt2_tokenizer_dir
+    from dynvocab.data.assets import gpt2_tokenizer_dir
 
     tiny_llama = _helpers().tiny_llama
     tokenizer = GPT2TokenizerFast.from_pretrained(gpt2_tokenizer_dir())
@@ -190,7 +190,7 @@ def main() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         lm_dir = tiny_lm(work / "lm")
-        from dynvocab.assets import wikipedia_leads
+        from dynvocab.data.assets import wikipedia_leads
 
         data = work / "data.txt"
         data.write_text("\n\n".join(lead["text"] for lead in wikipedia_leads()[:40]))

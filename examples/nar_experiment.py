@@ -8,7 +8,7 @@ Documents: the 10,033 Wikipedia leads; docids: their titles (see retrieval.nar.d
 sentence maps to one of them and each pseudo-query to the lead's others. Test queries: one held-out sentence per lead
 (a seeded sample) and the 558 FanOutQA dev sub-questions whose evidence is a lead.
 
-    python examples/nar_experiment.py --output results/nar          # the full run (about an hour on 2 cores)
+    python examples/nar_experiment.py --output results/nar/titles-projected          # the full run (about an hour on 2 cores)
     python examples/nar_experiment.py --tiny --output /tmp/nar      # a smoke run
 """
 
@@ -27,14 +27,14 @@ from pathlib import Path
 
 import torch
 
-from dynvocab.assets import wikipedia_leads
-from dynvocab.shortlist import ShortlistConfig, ShortlistHead
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.scoring.shortlist_head import ShortlistConfig, ShortlistHead
 from evals.retrieval.ranking import hits_at_k, paired_relative_interval, ranking_metrics, reciprocal_ranks
-from retrieval.nar.trie import DocidTrie, beam_search, beam_search_reference
 from retrieval.nar.data import fanoutqa_queries, split_queries
 from retrieval.nar.model import NarConfig, NarRetriever
 from retrieval.nar.pipeline import docid_tokenizer, rank_documents, train_retriever
 from retrieval.nar.training import NarTrainConfig, cached_features, docid_targets, fit_learned_head
+from retrieval.nar.trie import DocidTrie, beam_search, beam_search_reference
 
 
 def metrics(rankings: list[list[int]], gold: list[int], full: list[list[int]] | None = None) -> dict:
@@ -71,7 +71,7 @@ def per_query_ms(model: NarRetriever, queries: list[str], trie: DocidTrie, head,
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", default="results/nar")
+    parser.add_argument("--output", default="results/nar/titles-projected")
     parser.add_argument("--runs", default="runs/nar-experiment", help="trained models are kept (and resumed) here")
     parser.add_argument("--encoder", default="minilm")
     parser.add_argument("--vocab-size", type=int, default=8192)

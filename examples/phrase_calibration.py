@@ -4,22 +4,22 @@ Teacher-forced over held-out Wikipedia leads (the evaluation's prompts and refer
 each with the phrases the pipeline plugs in for it; one forward pass per prompt scores
 every bias (``evals.calibration``). Writes ``results.json`` and ``report.md``.
 
-    python examples/phrase_calibration.py --num-prompts 200 --output-dir results/calibration
+    python examples/phrase_calibration.py --num-prompts 200 --output-dir runs/calibration
 
 On a domain whose held-out documents are too few to hold some out for choosing settings, ``--split indexed``
 reads indexed documents instead, each retrieving from the index without itself (leave one out):
 
     python examples/phrase_calibration.py --data licenses --split indexed --num-prompts 100 \
-        --context-tokens 0,3,4 --output-dir results/calibration-licenses/dev
+        --context-tokens 0,3,4 --output-dir results/calibration/licenses/dev
 
-``--state-thresholds 0.95,0.97`` scores the state gate (``dynvocab.state_keys``) at those cosines too: the keys of
+``--state-thresholds 0.95,0.97`` scores the state gate (``dynvocab.states.keys``) at those cosines too: the keys of
 each prompt's documents cost one LM pass over them.
 
 Choosing the bias on other held-out leads than those reported (``--skip 200`` passes over
 the evaluation's 200) and writing it into a copy of the checkpoint:
 
     python examples/phrase_calibration.py --skip 200 --num-prompts 100 --checkpoint RUN/final \
-        --write-bias CALIBRATED --output-dir results/calibration-dev
+        --write-bias CALIBRATED --output-dir runs/calibration-dev
 """
 
 from __future__ import annotations
@@ -36,18 +36,19 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dynvocab.atomic import MANIFEST, atomic_directory
 from dynvocab.config import CONFIG_NAME
-from dynvocab.corpora import corpus_split
+from dynvocab.data.corpora import corpus_split
+from dynvocab.io.atomic import MANIFEST, atomic_directory
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-from dynvocab.state_keys import state_keys
-from dynvocab.state_store import DocumentStates
+from dynvocab.states.keys import state_keys
+from dynvocab.states.store import DocumentStates
 from evals.calibration import CalibrationCounts, context_allowed, count_positions, next_item_logits
 from evals.protocol import EvalConfig, document_prompts
+from retrieval.config import PipelineConfig
 from retrieval.document_states import document_token_ids
 from retrieval.loading import demo_index
 from retrieval.phrases import document_contexts
-from retrieval.pipeline import PhrasePipeline, PipelineConfig
+from retrieval.pipeline import PhrasePipeline
 
 BIASES = (-4.0, -3.0, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0)
 
@@ -79,13 +80,13 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--data", default="wikipedia", choices=("wikipedia", "licenses"),
                         help="embedded corpus of the held-out prompts and of the index the phrases come from")
-    parser.add_argument("--output-dir", default="results/calibration")
+    parser.add_argument("--output-dir", default="runs/calibration")
     parser.add_argument("--split", default="held-out", choices=("held-out", "indexed"),
                         help="read held-out documents, or indexed ones that each retrieve without themselves")
     parser.add_argument("--context-tokens", default="0",
                         help="comma-separated left-context sizes of the context gate to score (0: no gate)")
     parser.add_argument("--state-thresholds", default="",
-                        help="comma-separated cosines of the state gate to score (dynvocab.state_keys; default none)")
+                        help="comma-separated cosines of the state gate to score (dynvocab.states.keys; default none)")
     args = parser.parse_args()
     thresholds = sorted({float(t) for t in args.state_thresholds.split(",") if t.strip()})
     # a gate is ("context", n) (n = 0: none) or ("state", cosine)
@@ -163,9 +164,9 @@ def main() -> None:
         f"checkpoint `{args.checkpoint}`, the pipeline's default phrases per prompt. Bias is added to every phrase "
         "logit on top of the checkpoint's own. *fit*: some plugged-in phrase spells the next reference tokens; "
         "*accuracy*: the top item is right (a fitting phrase, or the next reference token). *context n*: only "
-        "phrases that follow the text's last n tokens in a retrieved document compete (`dynvocab.context_gate`). "
+        "phrases that follow the text's last n tokens in a retrieved document compete (`dynvocab.decoding.context_gate`). "
         "*state c*: only phrases whose state before them in a retrieved document is within cosine c of the LM's "
-        "state compete (`dynvocab.state_keys`).",
+        "state compete (`dynvocab.states.keys`).",
         "",
     ]
     for (k, gate), rows in tables.items():

@@ -13,9 +13,9 @@ phrase) against the bare LM's forward over the same ``k`` tokens from the same c
 position's logits as ``generate`` does, timed in turn, each first every other time (target: at most 1.0x, i.e. no more than the bare LM's
 forward over ``k`` tokens).
 
-    python examples/profile_decode_step.py --num-prompts 8 --output results/decode-profile/profile.txt
+    python examples/profile_decode_step.py --num-prompts 8 --output results/request-path/decode-profile/profile.txt
 
-``--state-threshold T`` puts the state gate (``dynvocab.state_keys``) on the dynamic model's steps, keyed by each
+``--state-threshold T`` puts the state gate (``dynvocab.states.keys``) on the dynamic model's steps, keyed by each
 prompt's retrieved documents, and times making the keys: the LM's pass over the documents, the first time and
 again from the kept states.
 
@@ -129,7 +129,7 @@ def _dynamic_model(lm_name: str, random_lm: bool, linear: str):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from dynvocab import DynamicVocabLM, pack_linear_layers, unpack_linear_layers
-    from dynvocab.assets import resolve_model
+    from dynvocab.data.assets import resolve_model
     from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 
     if random_lm:
@@ -147,9 +147,10 @@ def _dynamic_model(lm_name: str, random_lm: bool, linear: str):
 def _retrieved_phrases(model, workdir: Path, num_prompts: int) -> tuple[list[str], list[list[str]], dict, list]:
     """The first held-out Wikipedia leads cut to 32 tokens, the phrases the pipeline retrieves for each, its
     ``generate`` settings (with the phrases' bias at -1e4) and each prompt's documents."""
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
+    from retrieval.config import PipelineConfig
     from retrieval.loading import demo_index
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    from retrieval.pipeline import PhrasePipeline
 
     pipeline = PhrasePipeline(model, demo_index(workdir, "wikipedia"), PipelineConfig(phrase_bias=-1e4))
     tokenizer = model.tokenizer
@@ -164,7 +165,7 @@ class _StateGate:
     """Each prompt's state keys, with the time to make them from unread documents and again from the kept states."""
 
     def __init__(self, model, threshold: float) -> None:
-        from dynvocab.state_store import DocumentStates
+        from dynvocab.states.store import DocumentStates
 
         self.model, self.threshold = model, threshold
         self.states = DocumentStates(model.lm)
@@ -172,7 +173,7 @@ class _StateGate:
         self.counts: list[tuple[int, int]] = []  # (documents' tokens, keys) per prompt
 
     def keys(self, documents: list[dict]):
-        from dynvocab.state_keys import state_keys
+        from dynvocab.states.keys import state_keys
         from retrieval.document_states import document_token_ids
 
         ids = document_token_ids(self.model.tokenizer, documents)

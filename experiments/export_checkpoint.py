@@ -13,7 +13,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from dynvocab.atomic import MANIFEST, atomic_directory, file_sha256, read_manifest
+from dynvocab.io.atomic import MANIFEST, atomic_directory, file_sha256, read_manifest
 
 RESUME_ONLY = ("state/", "trainer_state.json")
 

@@ -1,10 +1,10 @@
 """The LM's states over every document of an index, computed once and kept beside it (``dynvocab document-states``).
 
 A request with a state gate (``state_threshold``) keys its phrases by the LM's states over its documents
-(``dynvocab.state_keys``). Without a store, each process reads a document the first time a request retrieves it:
+(``dynvocab.states.keys``). Without a store, each process reads a document the first time a request retrieves it:
 about 0.17 s a Wikipedia lead on 2 CPU cores, 1.7 s for a served request's 8 new documents.
 :func:`build_document_states` reads every indexed document once, as the pipeline and the server tokenize it, into
-``<index folder>/document_states`` (``dynvocab.state_store``), a shard of documents at a time, so an interrupted build
+``<index folder>/document_states`` (``dynvocab.states.store``), a shard of documents at a time, so an interrupted build
 resumes where it stopped. :func:`attach_document_states` (called by ``PhrasePipeline`` and the server) lets a
 ``DocumentStates`` read them.
 """
@@ -15,8 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from dynvocab.phrase_store import STORE_FILE
-from dynvocab.state_store import DocumentStates, DocumentStateStore, write_document_states
+from dynvocab.phrases.store import STORE_FILE
+from dynvocab.states.store import DocumentStates, DocumentStateStore, write_document_states
 
 from .index.documents import documents_record, warn_if_other_documents
 from .index.storage import folder_beside

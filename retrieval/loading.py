@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from dynvocab.assets import DEFAULT_RETRIEVER, HUB_NAMES, resolve_model, wikipedia_leads
-from dynvocab.corpora import corpus_split
+from dynvocab.data.assets import DEFAULT_RETRIEVER, HUB_NAMES, resolve_model, wikipedia_leads
+from dynvocab.data.corpora import corpus_split
+from dynvocab.hardware.precision import encode_autocast_dtype
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-from dynvocab.precision import encode_autocast_dtype
 from encoders import DenseEncoder
 from encoders.low_rank import adapter_base, is_adapter, load_merged
 
@@ -26,7 +26,7 @@ OFFLINE_COPIES = {hub: alias for alias, hub in HUB_NAMES.items()}
 def document_encoder(name: str = DEFAULT_RETRIEVER, device: str | torch.device | None = None, **settings) -> DenseEncoder:
     """A dense document encoder by name, offline alias (``"minilm-wikipedia"``, ``"minilm"``) or folder, under bf16
     autocast where the device computes bf16 natively (4-5x faster there, vectors within cosine 0.9999 of fp32) and in
-    float32 elsewhere, where an emulated bf16 runs 5.7x slower (``dynvocab.precision``). A LoRA adapter folder
+    float32 elsewhere, where an emulated bf16 runs 5.7x slower (``dynvocab.hardware.precision``). A LoRA adapter folder
     (``dynvocab extract-adapter``) is merged into the encoder it was made for. ``settings`` go to ``DenseEncoder``
     (``max_length``, ``pooling``). ``device``: the process's own under ``accelerate launch``; default: CUDA if any."""
     device = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")

@@ -4,7 +4,7 @@ A request plugs in the phrases cut from its top-k documents. Without a store, th
 them per request (about 1.7 s for 2,048 phrases on 2 CPU cores), though the same documents come
 back request after request. :func:`build_phrase_vectors` cuts every document's phrases the way
 the pipeline does, encodes each distinct phrase once and writes the vectors into
-``<index folder>/phrase_vectors`` (``dynvocab.phrase_store``), a shard of documents at a time, so
+``<index folder>/phrase_vectors`` (``dynvocab.phrases.store``), a shard of documents at a time, so
 an interrupted build resumes where it stopped. :func:`attach_phrase_vectors` (called by
 ``PhrasePipeline``) lets the model read them.
 """
@@ -20,9 +20,17 @@ import torch
 from tqdm.auto import tqdm
 
 from dynvocab import DynamicVocabLM
-from dynvocab.phrase_store import (
-    PHRASE_VECTORS, STORE_FILE, PhraseVectorStore, encoder_fingerprint, finished_shards, flatten, phrase_keys, shard_path,
-    start_or_resume, write_shard,
+from dynvocab.phrases.store import (
+    PHRASE_VECTORS,
+    STORE_FILE,
+    PhraseVectorStore,
+    encoder_fingerprint,
+    finished_shards,
+    flatten,
+    phrase_keys,
+    shard_path,
+    start_or_resume,
+    write_shard,
 )
 
 from .index.documents import documents_record, warn_if_other_documents

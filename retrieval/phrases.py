@@ -18,7 +18,7 @@ from itertools import accumulate
 from typing import Any, Literal, NamedTuple
 
 from dynvocab import Phrase
-from dynvocab.context_gate import left_contexts
+from dynvocab.decoding.context_gate import left_contexts
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import GPT2TokenizerFast, set_seed
 
-from dynvocab.assets import fetch, gpt2_tokenizer_dir
+from dynvocab.data.assets import fetch, gpt2_tokenizer_dir
 from tests.helpers import tiny_gpt2, tiny_llama, word_tokenizer
 
 

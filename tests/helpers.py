@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from dynvocab.scoring import DotProductScorer
+from dynvocab.scoring.dot_product import DotProductScorer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dynvocab.assets import fetch
+from dynvocab.data.assets import fetch
 
 ROOT = Path(__file__).resolve().parents[1]
 #: what the wheel is built from (the rest of the checkout is not in it)
@@ -30,10 +30,10 @@ CHECK = textwrap.dedent(
     assert site in SHIPPED_ENCODER.resolve().parents and (SHIPPED_MWT / "multiword_vocab.json").is_file()
     assert trained_encoder(Path("demo-workdir")) == SHIPPED_ENCODER  # the demo trains nothing on the spot
     assert not Path("demo-workdir").exists()
-    from dynvocab.assets import minilm_wikipedia_dir
+    from dynvocab.data.assets import minilm_wikipedia_dir
     shipped_retriever = minilm_wikipedia_dir()
     assert site in shipped_retriever.parents and (shipped_retriever / "adapter_model.safetensors").is_file()
-    from dynvocab.serving.page import page_html
+    from dynvocab.serving.http.page import page_html
     assert 'fetch("/v1/completions"' in page_html()  # the server's page ships as package data
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
     model.set_phrases([" the United States", " New York City"])

@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ..assets import DEFAULT_RETRIEVER, ENCODER_HELP
+from ..data.assets import DEFAULT_RETRIEVER, ENCODER_HELP
 
 logger = logging.getLogger("dynvocab")
 
@@ -57,8 +57,8 @@ def cmd_index(args: argparse.Namespace) -> None:
     from retrieval.index.hybrid import HybridIndex
     from retrieval.loading import document_encoder, is_hybrid_encoder
 
-    from ..corpora import CORPORA, corpus_split
-    from ..precision import encode_autocast
+    from ..data.corpora import CORPORA, corpus_split
+    from ..hardware.precision import encode_autocast
 
     if (args.phrase_vectors or args.document_states) and min(args.shard_documents, args.batch_size) < 1:
         raise ValueError(f"--shard-documents {args.shard_documents} and --states-batch-size {args.batch_size} must be "
@@ -107,13 +107,14 @@ def build_from_shards(args: argparse.Namespace, source, part: str) -> bool:
     import time
 
     from accelerate import PartialState
+
     from retrieval import DocumentIndex
     from retrieval.index.ann import IndexConfig
     from retrieval.index.documents import load_documents
     from retrieval.index.shards import encode_shard, missing_shards, read_shards, shard_rows
     from retrieval.loading import document_encoder
 
-    from ..precision import cpu_processes, encode_autocast
+    from ..hardware.precision import cpu_processes, encode_autocast
 
     state = PartialState(cpu=cpu_processes())
     num_shards = args.num_shards if args.num_shards is not None else state.num_processes
@@ -153,9 +154,9 @@ def build_from_shards(args: argparse.Namespace, source, part: str) -> bool:
 
 
 def cmd_phrase_vectors(args: argparse.Namespace) -> None:
+    from retrieval.config import PipelineConfig
     from retrieval.loading import load_stack
     from retrieval.phrase_vectors import build_phrase_vectors
-    from retrieval.pipeline import PipelineConfig
 
     config = PipelineConfig(unit=args.unit, min_length=args.min_length, max_length=args.max_length, edges=args.edges)
     if args.shard_documents < 1:  # before minutes of loading
@@ -170,7 +171,7 @@ def cmd_phrase_vectors(args: argparse.Namespace) -> None:
 
 
 def cmd_document_states(args: argparse.Namespace) -> None:
-    from dynvocab.state_store import DocumentStates
+    from dynvocab.states.store import DocumentStates
     from retrieval.document_states import build_document_states
     from retrieval.loading import load_stack
 
@@ -187,8 +188,9 @@ def cmd_document_states(args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
+    from retrieval.config import PipelineConfig
     from retrieval.loading import load_stack
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig, check_prompts
+    from retrieval.pipeline import PhrasePipeline, check_prompts
 
     from ..loading import freeze_loaded_objects
 
@@ -258,7 +260,8 @@ def cmd_extract_adapter(args: argparse.Namespace) -> None:
 
 
 def cmd_eval_retrieval(args: argparse.Namespace) -> None:
-    from evals.retrieval.protocol import RetrievalEvalConfig, evaluate_retrieval
+    from evals.retrieval.config import RetrievalEvalConfig
+    from evals.retrieval.protocol import evaluate_retrieval
 
     config = dataclass_from_args(RetrievalEvalConfig, args)
     print(evaluate_retrieval(config, "dynvocab " + " ".join(args.argv)).read_text())
@@ -272,10 +275,11 @@ def cmd_build_vocab(args: argparse.Namespace) -> None:
 
 def cmd_pseudo_queries(args: argparse.Namespace) -> None:
     import torch
+
     from retrieval.index.documents import load_documents
     from retrieval.nar.pseudo_queries import read_pseudo_queries, write_pseudo_queries
 
-    from ..assets import wikipedia_leads
+    from ..data.assets import wikipedia_leads
     from ..loading import load_lm
 
     if min(args.per_document, args.batch_size) < 1:  # before the LM loads
@@ -294,7 +298,7 @@ def cmd_nar_train(args: argparse.Namespace) -> None:
     from retrieval.nar.recipes import nar_train
     from retrieval.nar.training import NarTrainConfig
 
-    from ..shortlist import ShortlistConfig
+    from ..scoring.shortlist_head import ShortlistConfig
 
     shortlist = ShortlistConfig(num_clusters=args.clusters, subset_size=args.subset_size, probe=args.probe)
     print(json.dumps(nar_train(args.data, args.vocab, args.encoder, dataclass_from_args(NarTrainConfig, args), args.resume,
@@ -364,8 +368,8 @@ def cmd_eval_qa(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> None:
     from ..serving.config import ServerConfig
-    from ..serving.logs import JsonFormatter
-    from ..serving.server import serve
+    from ..serving.http.logs import JsonFormatter
+    from ..serving.http.server import serve
 
     for handler in logging.getLogger().handlers:  # one JSON object per log line, with the request id
         handler.setFormatter(JsonFormatter())
@@ -374,7 +378,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 def add_phrase_vector_arguments(parser: argparse.ArgumentParser, with_index: bool) -> None:
     """The flags of ``phrase-vectors``; ``index --phrase-vectors`` shares them (its --encoder is the index's already)."""
-    from retrieval.pipeline import PipelineConfig
+    from retrieval.config import PipelineConfig
 
     defaults = PipelineConfig()
     if with_index:
@@ -404,17 +408,17 @@ def add_document_state_arguments(parser: argparse.ArgumentParser, prefix: str = 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from evals.protocol import EvalConfig
-    from evals.qa.protocol import QAEvalConfig
-    from evals.retrieval.protocol import RetrievalEvalConfig
-    from retrieval.qa.answering import QAConfig
-    from retrieval.training.finetuning import FinetuneConfig
-    from retrieval.pipeline import PipelineConfig
-    from retrieval.training.pretraining import PretrainConfig
     from transformers import HfArgumentParser
 
+    from evals.protocol import EvalConfig
+    from evals.qa.protocol import QAEvalConfig
+    from evals.retrieval.config import RetrievalEvalConfig
+    from retrieval.config import PipelineConfig
     from retrieval.nar.training import NarTrainConfig
     from retrieval.nar.vocab import PhraseVocabConfig
+    from retrieval.qa.answering import QAConfig
+    from retrieval.training.finetuning import FinetuneConfig
+    from retrieval.training.pretraining import PretrainConfig
 
     from ..serving.config import ServerConfig
     from ..training.config import TrainConfig

@@ -11,7 +11,7 @@ import torch
 from retrieval.loading import demo_index
 from retrieval.phrase_vectors import build_phrase_vectors
 
-from ..corpora import corpus_split
+from ..data.corpora import corpus_split
 from ..loading import SHIPPED_ENCODER, freeze_loaded_objects, load_dynamic_lm
 from ..model import DynamicVocabLM
 
@@ -38,7 +38,8 @@ def trained_encoder(workdir: Path) -> Path:
 
 def run_demo(prompts: int = 4, max_new_tokens: int = 64, workdir: Path = Path(".cache/demo"), prompt_tokens: int = 32) -> list:
     """Run held-out prompts through retrieval + phrases + generation and compare with the bare LM."""
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    from retrieval.config import PipelineConfig
+    from retrieval.pipeline import PhrasePipeline
 
     torch.manual_seed(0)
     workdir.mkdir(parents=True, exist_ok=True)

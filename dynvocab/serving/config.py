@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..assets import DEFAULT_RETRIEVER, ENCODER_HELP
 from ..config import check_at_least, check_field_types
+from ..data.assets import DEFAULT_RETRIEVER, ENCODER_HELP
 
 #: where ``--api-key`` is read from when the flag is not given
 API_KEY_ENV = "DYNVOCAB_API_KEY"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..config import READBACKS, JsonConfig, check_at_least, check_field_types
-from ..corpora import WIKIPEDIA_HELD_OUT
+from ..data.corpora import WIKIPEDIA_HELD_OUT
 from .loop import LoopSettings, check_loop_settings, loop_field
 from .negatives import SOURCES
 

@@ -8,7 +8,7 @@ The phrase-encoder trainer (:mod:`dynvocab.training.trainer`), the document-enco
   stepped here once per optimizer step on every rank (a prepared scheduler would step once per process),
   gradient accumulation, clipping at ``max_grad_norm`` and autocast by ``mixed_precision``;
 - a tqdm bar and ``log.jsonl`` (main process only);
-- checkpoints (``dynvocab.training.state``: safetensors, JSON and a weights-only optimizer file) written
+- checkpoints (``dynvocab.training.checkpoint_files``: safetensors, JSON and a weights-only optimizer file) written
   atomically every ``save_every`` steps, rotated to the newest ``save_total_limit``;
 - resume from the newest checkpoint that passes its check (a damaged one is skipped with a warning),
   with the log cut back to what that checkpoint had seen.
@@ -31,10 +31,10 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from ..atomic import atomic_directory
 from ..config import check_at_least
-from ..precision import cpu_processes, mixed_precision
-from .state import (
+from ..hardware.precision import cpu_processes, mixed_precision
+from ..io.atomic import atomic_directory
+from .checkpoint_files import (
     STATE_DIR,
     TRAINER_STATE,
     complete_checkpoints,
@@ -254,11 +254,15 @@ class TrainingLoop:
 
     def _resume(self) -> None:
         """Continue from the newest complete checkpoint; the log is cut back to what that checkpoint had seen."""
-        refuse_old_checkpoints(self.output_dir)
         checkpoints = complete_checkpoints(self.output_dir)
         if not checkpoints:
+            refuse_old_checkpoints(self.output_dir)
             raise FileNotFoundError(f"no complete checkpoint-* in {self.output_dir} to resume from; drop --resume to start fresh")
         latest = checkpoints[0]
+        newer = [p.name for p in _checkpoint_folders(self.output_dir) if _step_of(p) > _step_of(latest)]
+        if newer:  # killed mid-save: their files are left as they are, and the next save of their step replaces them
+            logger.warning("resuming from %s, the newest complete checkpoint: %s %s incomplete (a save was interrupted)",
+                           latest.name, ", ".join(newer), "is" if len(newer) == 1 else "are")
         record = json.loads((latest / TRAINER_STATE).read_text(encoding="utf-8"))
         saved, now = record.get("num_processes", 1), self.accelerator.num_processes
         if saved != now:
@@ -287,10 +291,20 @@ class TrainingLoop:
         return record
 
 
+def _checkpoint_folders(output_dir: Path) -> list[Path]:
+    """Every ``checkpoint-N`` folder, complete or not, oldest first."""
+    return sorted((p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[1].isdigit()),
+                  key=_step_of)
+
+
+def _step_of(checkpoint: Path) -> int:
+    return int(checkpoint.name.split("-")[1])
+
+
 def refuse_old_checkpoints(output_dir: Path) -> None:
-    """Raise ``ValueError`` if the newest ``checkpoint-*`` was written by a trainer of an older release (no ``state/``)."""
-    steps = sorted((int(p.name.split("-")[1]), p) for p in output_dir.glob("checkpoint-*")
-                   if p.is_dir() and p.name.split("-")[1].isdigit())
+    """Raise ``ValueError`` if the newest ``checkpoint-*`` was written by a trainer of an older release (no ``state/``);
+    called when no checkpoint is complete, so an interrupted save is told apart by the complete ones before it."""
+    steps = [(_step_of(p), p) for p in _checkpoint_folders(output_dir)]
     if steps and not (steps[-1][1] / STATE_DIR).is_dir():
         raise ValueError(
             f"{steps[-1][1]} was written by an older dynvocab trainer, whose checkpoint format this release cannot "

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from ..model import DynamicVocabLM
-from ..padding import pad_sequences
-from .batching import MixedBatch
+from ..tokens.padding import pad_sequences
+from .collate import MixedBatch
 from .negatives import prefix_groups
 
 __all__ = [

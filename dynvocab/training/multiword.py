@@ -14,11 +14,11 @@ import torch
 from accelerate.utils import set_seed
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..assets import resolve_model
 from ..config import JsonConfig, check_at_least
-from ..corpora import WIKIPEDIA_HELD_OUT
+from ..data.assets import resolve_model
+from ..data.corpora import WIKIPEDIA_HELD_OUT
 from ..multiword import MultiWordLM, MultiWordVocab
-from ..padding import pad_id, pad_sequences
+from ..tokens.padding import pad_id, pad_sequences
 from .loop import LOG_FILE, LoopSettings, TrainingLoop, check_loop_settings, loop_field
 from .trainer import epoch_texts, training_texts
 

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..padding import pad_sequences, position_ids_from_mask
-from ..ngrams import SuccessorIndex
+from ..tokens.ngrams import SuccessorIndex
+from ..tokens.padding import pad_sequences, position_ids_from_mask
 from .samples import MixedSample
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from ..model import DynamicVocabLM
-from .batching import MixedBatch
+from .collate import MixedBatch
 from .loss import LossWeights, encode_phrase_set, next_item_loss
 
 __all__ = ["cached_readback_loss", "lm_phrase_logprob", "readback_positions", "readback_terms", "spelling_mask",

@@ -9,7 +9,7 @@ least ``min_gap`` plain tokens between two phrases) and one density knob
   both ends fall on LM token boundaries;
 * :class:`NIdsSampler`: runs of 2-5 LM tokens;
 * :class:`FMMSampler`: forward maximum matching against a set of frequent n-grams
-  (see :func:`dynvocab.ngrams.mine_ngrams`).
+  (see :func:`dynvocab.tokens.ngrams.mine_ngrams`).
 
 :func:`build_samples` streams texts through a tokenizer and a sampler.
 """

@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..fingerprints import lm_fingerprint
-from ..padding import pad_sequences
-from ..precision import cpu_processes
+from ..hardware.precision import cpu_processes
+from ..io.fingerprints import lm_fingerprint
 from ..serialization import tokenizer_fingerprint
+from ..tokens.padding import pad_sequences
 from .samples import chunk_bounds
 
 __all__ = ["CACHE_CONFIG", "CACHE_FORMAT", "StateCache", "StaleCacheError", "build_state_cache", "cache_key"]

@@ -24,20 +24,20 @@ from accelerate.utils import reduce, set_seed
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..assets import resolve_model
-from ..corpora import CORPORA, corpus_split
+from ..data.assets import resolve_model
+from ..data.corpora import CORPORA, corpus_split
+from ..hardware.precision import cpu_processes, mixed_precision
 from ..loading import LM_ADAPTER, LM_WEIGHTS
 from ..model import DynamicVocabLM
-from ..precision import cpu_processes, mixed_precision
 from ..serialization import write_model_files
-from .batching import MixedBatch, collate
+from ..tokens.ngrams import SuccessorIndex, mine_ngrams
+from .cached_samples import cached_sample_stream, chunk_sample, split_chunks
+from .collate import MixedBatch, collate
 from .config import TrainConfig
 from .corpus import iter_texts, wikipedia_split
-from .cached_samples import cached_sample_stream, chunk_sample, split_chunks
 from .loop import TrainingLoop
 from .loss import LossWeights, dynamic_vocab_loss, term_counts, weighted_total
 from .negatives import NegativeSampler
-from ..ngrams import SuccessorIndex, mine_ngrams
 from .readback_loss import cached_readback_loss, token_readback_loss
 from .samples import FMMSampler, NIdsSampler, NWordsSampler, SpanSampler, build_samples
 from .state_cache import StateCache, build_state_cache, cache_key

@@ -64,7 +64,7 @@ def _asqa_item(record, number: int, path: Path, num_documents: int | None) -> di
 
 def fanoutqa_items(limit: int | None = None) -> list[dict]:
     """The offline FanOutQA set: 558 dev (sub-)questions whose evidence page is a Wikipedia lead (312 pages)."""
-    from dynvocab.corpora import fanoutqa_subquestions
+    from dynvocab.data.corpora import fanoutqa_subquestions
 
     items = [{"id": q["id"], "question": q["question"], "answer_groups": [[a] for a in q["answers"]],
               "references": [", ".join(q["answers"])], "evidence": q["title"]} for q in fanoutqa_subquestions()]

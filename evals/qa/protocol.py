@@ -5,10 +5,10 @@ no phrases), ``ngram`` / ``content`` (phrases from every token n-gram, or consti
 its document's ``[n]``) or ``ngram-nomark`` / ``content-nomark`` (the same phrases without markers: ``[n]`` is
 written after each from provenance); ``@K`` documents (default 3); ``+oracle`` puts the evidence page in place of
 the k-th document when retrieval missed it; ``:context=N`` lets a phrase follow only the N tokens its body follows
-in its document (``dynvocab.context_gate``); ``:state=T`` lets a phrase compete only where the cosine of the LM's
-state and its state before the phrase in the prompt reaches T (``dynvocab.state_keys``; unmarked modes only);
+in its document (``dynvocab.decoding.context_gate``); ``:state=T`` lets a phrase compete only where the cosine of the LM's
+state and its state before the phrase in the prompt reaches T (``dynvocab.states.keys``; unmarked modes only);
 ``:bias=B`` adds B to every phrase score; ``:verify=N`` keeps an emitted phrase only while each of its tokens is in
-the LM's top N (``dynvocab.verification``: with N = 1 the answer is the LM's own, its spans copied from a document
+the LM's top N (``dynvocab.decoding.verification``: with N = 1 the answer is the LM's own, its spans copied from a document
 cite it); ``:gamma=G`` answers grounded (``retrieval.qa.answering``: the LM writes every token, phrases and drafts
 from the documents propose, kept while within G of the LM's best token; ``bare:gamma=G`` proposes drafts alone; each
 span copied verbatim cites its document). Systems that see the same documents with the same state gate, bias,
@@ -28,10 +28,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from dynvocab.assets import DEFAULT_RETRIEVER, ENCODER_HELP
 from dynvocab.config import check_at_least, check_encode_dtype, check_field_types
-from dynvocab.jsonl import iter_jsonl
-from dynvocab.repetition import check_no_repeat_scope
+from dynvocab.data.assets import DEFAULT_RETRIEVER, ENCODER_HELP
+from dynvocab.decoding.repetition import check_no_repeat_scope
+from dynvocab.io.jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def documents_by_system(items: list[dict], systems: list[QASystem], index) -> tu
     documents, evidence = {}, {}
     pages = {d["id"]: d for d in index.documents} if index is not None else {}
     if index is not None and any(s.oracle for s in systems):
-        from dynvocab.assets import wikipedia_leads
+        from dynvocab.data.assets import wikipedia_leads
 
         pages = {d["id"]: d for d in wikipedia_leads()} | pages
     from .data import with_documents

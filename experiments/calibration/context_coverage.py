@@ -7,7 +7,7 @@ positions whose last ``n`` tokens (prompt included) are an ``n``-gram of the pro
 counts each system's continuations that equal its matched bare LM's (``bare``, or ``bare:no_repeat=N`` for a system
 with ``no_repeat=N``) letter for letter, and those that only run past its end (the same text, then more).
 
-    python experiments/calibration/context_coverage.py --run results/licenses-matched --data licenses
+    python experiments/calibration/context_coverage.py --run results/licenses/matched --data licenses
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
-from dynvocab.assets import resolve_model
+from dynvocab.data.assets import resolve_model
 from retrieval.loading import demo_index
 
 

@@ -10,8 +10,8 @@ first token is among the LM's top k. No phrase head and no training. Figures as 
 proposals, precision (a proposal spells the reference), recall (of positions where some plugged-in phrase fits) and
 next-item accuracy when a proposal replaces the LM's top token, against the LM alone.
 
-    python experiments/calibration/context_states.py --num-prompts 200 --output results/calibration-states/reported.json
-    python experiments/calibration/context_states.py --skip 200 --num-prompts 100 --output results/calibration-states/dev.json
+    python experiments/calibration/context_states.py --num-prompts 200 --output results/calibration/states/reported.json
+    python experiments/calibration/context_states.py --skip 200 --num-prompts 100 --output results/calibration/states/dev.json
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from copy_rule import report  # the sibling probe's table and JSON (the script's folder is on the import path)
 from tqdm.auto import tqdm
 
-from copy_rule import report  # the sibling probe's table and JSON (the script's folder is on the import path)
-from dynvocab.context_gate import phrase_starts
+from dynvocab.decoding.context_gate import phrase_starts
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from evals.calibration import fitting_phrases
 from evals.protocol import EvalConfig, held_out_prompts
+from retrieval.config import PipelineConfig
 from retrieval.loading import demo_index
-from retrieval.pipeline import PhrasePipeline, PipelineConfig
+from retrieval.pipeline import PhrasePipeline
 
 THRESHOLDS = (0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.98)
 AGREEMENTS = (0, 3, 1)

@@ -9,7 +9,7 @@ often a proposal is made, how often it spells the reference (precision), how man
 (recall), and next-item accuracy when the proposal replaces the LM's top token, against the LM alone; optionally
 only where the proposal's first token is in the LM's top k (the pipeline's agreement rule).
 
-    python experiments/calibration/copy_rule.py --num-prompts 200 --output results/calibration-copy-rule/results.json
+    python experiments/calibration/copy_rule.py --num-prompts 200 --output results/calibration/copy-rule/results.json
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from tqdm.auto import tqdm
 
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from evals.protocol import EvalConfig, held_out_prompts
+from retrieval.config import PipelineConfig
 from retrieval.loading import demo_index
-from retrieval.pipeline import PhrasePipeline, PipelineConfig
+from retrieval.pipeline import PhrasePipeline
 
 CONTEXTS = (1, 2, 3, 4)
 AGREEMENTS = (0, 3, 1)

@@ -15,13 +15,13 @@ such a step here.
 
 ``--state-thresholds`` adds a drafter that finds its place by the LM's state, not by matching tokens: at each step,
 the document position (of the top-k documents) whose state is closest to the LM's state over the text so far, if
-their cosine reaches the threshold, proposes the tokens that followed it there (the keys of ``dynvocab.state_keys`` at
+their cosine reaches the threshold, proposes the tokens that followed it there (the keys of ``dynvocab.states.keys`` at
 every position, read from the states kept beside the index, ``dynvocab document-states``). After the text's first
 disagreement with a document it shares no tokens with it for a while, and the n-gram tables propose nothing; the
 state may still point back into it. Reported alone and beside the n-gram tables, with how often it proposed and kept.
 
-    python experiments/calibration/phrase_bound.py --run results/wikipedia-greedy-h200 --systems bare,bare:no_repeat=4 \
-        --step-cost --output results/phrase-bound/wikipedia.json
+    python experiments/calibration/phrase_bound.py --run results/wikipedia/greedy-h200 --systems bare,bare:no_repeat=4 \
+        --step-cost --output results/drafting/phrase-bound/wikipedia.json
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _proposal(table: dict[int, dict], ids: Sequence[int]) -> tuple[int, ...]:
 
 def step_cost(model, draft: int, prompt_tokens: int = 100, repeats: int = 15) -> dict[str, float]:
     """Median ms of the LM's forward over 1 and over ``draft`` new tokens after ``prompt_tokens`` cached ones."""
-    from dynvocab.verification import forward_seconds
+    from dynvocab.decoding.verification import forward_seconds
 
     seconds = forward_seconds(model, (1, draft), context_tokens=prompt_tokens, repeats=repeats)
     return {f"forward over {n} (ms)": 1000 * s for n, s in seconds.items()}
@@ -154,12 +154,13 @@ def main() -> None:
     parser.add_argument("--output", required=True, help="a .json file for the figures")
     args = parser.parse_args()
 
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
     from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-    from dynvocab.state_store import DocumentStates
+    from dynvocab.states.store import DocumentStates
+    from retrieval.config import PipelineConfig
     from retrieval.document_states import attach_document_states, document_token_ids
     from retrieval.loading import demo_index
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    from retrieval.pipeline import PhrasePipeline
 
     torch.manual_seed(0)
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)

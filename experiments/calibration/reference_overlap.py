@@ -4,7 +4,7 @@ On a domain whose documents hold the text (licences), a phrase rule that knows w
 domain's own wording: the continuation follows the reference further than the bare LM's does. MAUVE cannot show
 this on 28 texts; this reads it off the generations of a ``dynvocab eval`` run.
 
-    python experiments/calibration/reference_overlap.py --run results/licenses-state --output overlap.md
+    python experiments/calibration/reference_overlap.py --run results/licenses/state-gate --output overlap.md
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ pass, and the end-to-end time per prompt of the latency pass summed and as a pai
 pass gives the rest), and #33's end-to-end target for the summed time: at most 0.75x the bare LM's with the same
 safeguards, and below in-context retrieval with prompt lookup (``bare-rag-lookup``).
 
-    python experiments/drafting/matched_latency.py --run results/drafting-cost-200 \\
+    python experiments/drafting/matched_latency.py --run results/drafting/packed-200 \\
         --pairs "dynamic:verify=1:agree=1:uses=0:draft=8 vs bare,bare-rag-lookup vs bare"
 """
 

@@ -1,4 +1,4 @@
-"""Figures behind the hybrid index's design in `results/dupmae/README.md`, each printed by this script.
+"""Figures behind the hybrid index's design in `results/retrieval/dupmae/README.md`, each printed by this script.
 
 1. Postings walked per query on the synthetic benchmark (10k documents, CLS:384/OT:260): every list of the
    query's ids (the old CSC index) against the pruned lists (each document's 32 heaviest entries, walked
@@ -6,11 +6,11 @@
 2. FAISS's own flat inner-product search at 384 and 768 dimensions, alternated (best of 3, 5 rounds).
 3. How flat the real sparse vectors are: the share of a document's squared weight held by its heaviest
    16/32/64/128 of 384 entries, for the seed-0 DupMAE+FT model of the report over its 800 documents
-   (trained into `.cache/eval-retrieval-30` by the eval-retrieval command of `results/dupmae/README.md`).
+   (trained into `.cache/eval-retrieval-30` by the eval-retrieval command of `results/retrieval/dupmae/README.md`).
 
-Its output is `results/dupmae/index_probe.log`.
+Its output is `results/retrieval/dupmae/index_probe.log`.
 
-    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=2 python experiments/dupmae/index_probe.py > results/dupmae/index_probe.log
+    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=2 python experiments/dupmae/index_probe.py > results/retrieval/dupmae/index_probe.log
 """
 import argparse
 from pathlib import Path
@@ -18,10 +18,11 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from dynvocab.precision import encode_autocast
+from dynvocab.hardware.precision import encode_autocast
 from encoders.hybrid import HybridEncoder
+from evals.retrieval.config import RetrievalEvalConfig
 from evals.retrieval.footprint import synthetic_vectors, time_search
-from evals.retrieval.protocol import RetrievalEvalConfig, query_sets
+from evals.retrieval.quick_protocol import query_sets
 from retrieval.index.sparse import SparseIndex
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ draws of other documents' references, cut the same way, beside the run's systems
 The report's "human text of other documents" is one such draw. Several draws show the spread of MAUVE at the run's
 size, and where the old half-against-half "ceiling" stands (the first half of the references against the second).
 
-    python experiments/evaluation/mauve_reference_draws.py --run results/wikipedia-greedy-matched --draws 4 \\
-        --systems bare,dynamic:bias=2 --output results/wikipedia-greedy-matched/reference-draws.json
+    python experiments/evaluation/mauve_reference_draws.py --run results/wikipedia/greedy-matched --draws 4 \\
+        --systems bare,dynamic:bias=2 --output results/wikipedia/greedy-matched/reference-draws.json
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ for name in $STAGES; do
   case $name in
     tests)  # the core's GPU paths and faiss-gpu against faiss-cpu
       stage tests
-      python3 -m pytest -q -m "gpu or not slow" tests/dynvocab/test_cuda.py tests/dynvocab/test_shortlist.py \
+      python3 -m pytest -q -m "gpu or not slow" tests/dynvocab/test_cuda.py tests/dynvocab/scoring/test_shortlist.py \
         tests/retrieval/index/test_faiss_gpu.py > "$OUT/tests.txt" 2>&1; tail -3 "$OUT/tests.txt";;
     index)  # 1M passages encoded on the GPU, then flat / IVF / IVF-PQ memory and recall@10 against flat
       stage index

@@ -5,7 +5,7 @@ Times SmolLM2's forward over the documents a grounded request reads (2 x 384 tok
 token, and a token with an 8-token draft, after that context), then weighs them by the LM calls a grounded prompt
 made in a report's generations.
 
-    python experiments/grounded/prefill_share.py results/grounded-wikipedia results/grounded-licenses
+    python experiments/grounded/prefill_share.py results/grounded/wikipedia results/grounded/licenses
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from dynvocab.decoding.verification import forward_seconds
 from dynvocab.loading import load_lm
-from dynvocab.verification import forward_seconds
 
 
 def main() -> None:

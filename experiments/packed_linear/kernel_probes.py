@@ -2,7 +2,7 @@
 oneDNN on a prepacked weight, over 1 to 9 rows, with the weight in cache (warm) and pushed out by a 64 MB write
 before every call (cold, as after a whole model's step); and the fixed cost of one ``PackedLinear`` call.
 
-    python experiments/packed_linear/kernel_probes.py --output results/packed-linear/kernel_probes.json
+    python experiments/packed_linear/kernel_probes.py --output results/request-path/packed-linear/kernel_probes.json
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Per system: how many answers took no phrase step and how many of those equal the same-k bare answer word for word;
 the share of its cited documents at each rank; how many answers copy the one-shot example's "Seine"; and the phrase
-citations over all systems (each one placed from a phrase's source). Reads `results/qa/generations.jsonl`; its
-output is `results/qa/answer_reading.log`.
+citations over all systems (each one placed from a phrase's source). Reads `results/qa/fanoutqa/generations.jsonl`; its
+output is `results/qa/fanoutqa/answer_reading.log`.
 
-    python experiments/qa/answer_reading.py > results/qa/answer_reading.log
+    python experiments/qa/answer_reading.py > results/qa/fanoutqa/answer_reading.log
 """
 import argparse
 import json
@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "results/qa"
+RESULTS = ROOT / "results/qa/fanoutqa"
 
 
 def bare_of(system: str) -> str:

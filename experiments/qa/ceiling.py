@@ -4,14 +4,14 @@ An answer carries a correct citation only if one of its documents contains a gol
 share of questions with a gold answer among the documents shown bounds it. This prints that share for
 k = 3, 5, 10 retrieved leads (the index of `dynvocab eval-qa`), with and without the evidence page forced
 in (the oracle setting), for documents cut to 100 words (as shown) and whole. Its output is
-`results/qa/ceiling.log`; the index of every lead is built once into (or read from) `.cache/demo`.
+`results/qa/fanoutqa/ceiling.log`; the index of every lead is built once into (or read from) `.cache/demo`.
 
-    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=2 python experiments/qa/ceiling.py > results/qa/ceiling.log
+    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=2 python experiments/qa/ceiling.py > results/qa/fanoutqa/ceiling.log
 """
 import argparse
 from pathlib import Path
 
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
 from evals.qa.citations import answer_support
 from evals.qa.data import fanoutqa_items, with_documents
 from retrieval.loading import leads_index

@@ -1,26 +1,26 @@
 """Can a rule that drops citations lift answer-support precision on the committed FanOutQA answers? No generation.
 
 Answer-support precision is the share of cited documents that contain a gold answer. This re-scores the answers
-in `results/qa/generations.jsonl` (the systems of `results/qa/results.json`) keeping only some of their citations
+in `results/qa/fanoutqa/generations.jsonl` (the systems of `results/qa/fanoutqa/results.json`) keeping only some of their citations
 (all; those placed from phrases; those whose span is verbatim in the cited document; those whose span has a content
 word the question does not; those citing the top retrieved document), beside the precision of citing every
-document shown (what citing blindly scores). Prints per system; its output is `results/qa/citation_filters.log`.
+document shown (what citing blindly scores). Prints per system; its output is `results/qa/fanoutqa/citation_filters.log`.
 
-    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python experiments/qa/citation_filters.py > results/qa/citation_filters.log
+    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python experiments/qa/citation_filters.py > results/qa/fanoutqa/citation_filters.log
 """
 import argparse
 import json
 import re
 from pathlib import Path
 
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
 from evals.qa.citations import answer_support, exact_provenance
 from evals.qa.data import fanoutqa_items
 from retrieval.phrases import ENGLISH_STOPWORDS
 from retrieval.qa.answering import shown_document
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "results/qa"
+RESULTS = ROOT / "results/qa/fanoutqa"
 WORD = re.compile(r"\w+")
 
 

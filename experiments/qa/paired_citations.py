@@ -4,7 +4,7 @@ the bare LM does not, and the reverse; how many answers it changes (markers remo
 "Correct citation" is the report's: the answer cites at least one shown document that holds a gold answer. The report
 gives its rate; this gives the paired counts behind a difference of rates (#32's QA target).
 
-    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python experiments/qa/paired_citations.py --run results/qa-state/prompt-keys
+    HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python experiments/qa/paired_citations.py --run results/qa/state-gate/prompt-keys
 """
 
 import argparse

@@ -2,7 +2,7 @@
 adapter rank's vectors to the full mix's, and probe vectors across dtypes and encoders (the index check's bound).
 
     python experiments/retrieval-full/adapter_fidelity.py runs/r34/hybrid-soup-base0.6 \
-        --output results/retrieval-default/adapter_fidelity.json
+        --output results/retrieval/default/adapter_fidelity.json
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
-from dynvocab.assets import resolve_model, wikipedia_leads
+from dynvocab.data.assets import resolve_model, wikipedia_leads
 from encoders import DenseEncoder
 from encoders.hybrid import PROJECTION_FILE
 from encoders.low_rank import load_merged

@@ -9,7 +9,7 @@ pick, with paired-bootstrap intervals against MiniLM as shipped. The held-out se
 is chosen on them.
 
     python experiments/retrieval-full/base_mix.py runs/r34/hybrid-soup --weights 0.3,0.4,0.5,0.6,0.7 \
-        --output results/retrieval-default/base_mix.json
+        --output results/retrieval/default/base_mix.json
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from dynvocab.assets import fanoutqa_dev, resolve_model
-from dynvocab.atomic import atomic_directory
-from evals.retrieval.full_corpus import FANOUT, MULTI_HOP, full_corpus
-from evals.retrieval.full_protocol import encoder_scores
-from evals.retrieval.protocol import RetrievalEvalConfig
+from dynvocab.data.assets import fanoutqa_dev, resolve_model
+from dynvocab.io.atomic import atomic_directory
+from evals.retrieval.config import RetrievalEvalConfig
+from evals.retrieval.corpus import FANOUT, MULTI_HOP, full_corpus
+from evals.retrieval.protocol import encoder_scores
 from evals.retrieval.ranking import paired_relative_interval
 
 

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 from transformers import AutoConfig
 
-from dynvocab.assets import resolve_model
+from dynvocab.data.assets import resolve_model
 from encoders.hybrid import HybridVectors
+from evals.retrieval.config import RetrievalEvalConfig
+from evals.retrieval.corpus import RANK_DEPTH, full_corpus, system_scores
 from evals.retrieval.embedding_cache import cached_vectors, weights_fingerprint
-from evals.retrieval.full_corpus import RANK_DEPTH, full_corpus, system_scores
-from evals.retrieval.full_protocol import FULL_MAX_LENGTH, _retriever
-from evals.retrieval.protocol import RetrievalEvalConfig
+from evals.retrieval.protocol import FULL_MAX_LENGTH, _retriever
 from retrieval.training.fusion import FUSION_WEIGHTS, sparse_matrix
 
 

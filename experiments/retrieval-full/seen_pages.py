@@ -15,10 +15,10 @@ import argparse
 import json
 from pathlib import Path
 
-from dynvocab.corpora import corpus_split
-from evals.retrieval.full_corpus import BASELINE, FANOUT, compare_with, full_corpus
-from evals.retrieval.full_protocol import BASELINE_ENCODER, encoder_scores
-from evals.retrieval.protocol import RetrievalEvalConfig
+from dynvocab.data.corpora import corpus_split
+from evals.retrieval.config import RetrievalEvalConfig
+from evals.retrieval.corpus import BASELINE, FANOUT, compare_with, full_corpus
+from evals.retrieval.protocol import BASELINE_ENCODER, encoder_scores
 
 
 def main(argv: list[str] | None = None) -> dict:

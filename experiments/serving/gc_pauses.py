@@ -57,8 +57,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     from dynvocab.loading import SHIPPED_ENCODER, freeze_loaded_objects, load_dynamic_lm
     from evals.protocol import EvalConfig, held_out_prompts
+    from retrieval.config import PipelineConfig
     from retrieval.loading import demo_index
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    from retrieval.pipeline import PhrasePipeline
 
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
     index = demo_index(Path(".cache/demo"))

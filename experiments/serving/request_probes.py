@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retrieve", type=int, default=4, help="documents each request retrieves")
     args = parser.parse_args(argv)
     from dynvocab.serving.config import ServerConfig
-    from dynvocab.serving.server import load_engine
+    from dynvocab.serving.http.server import load_engine
     from evals.protocol import EvalConfig, held_out_prompts
 
     engine = load_engine(ServerConfig())
@@ -47,8 +47,9 @@ def _paired(arms: dict, items: list, warmup: int = 2) -> dict[str, float]:
 
 
 def tokenize_probe(model, index, prompts: list[str], k: int) -> None:
-    import dynvocab.phrase_table as phrase_table
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    import dynvocab.phrases.table as phrase_table
+    from retrieval.config import PipelineConfig
+    from retrieval.pipeline import PhrasePipeline
 
     documents = [index.search_documents([prompt], k=k)[0] for prompt in prompts]
     for gate in (0, 4):
@@ -74,7 +75,8 @@ def tokenize_probe(model, index, prompts: list[str], k: int) -> None:
 def prefill_probe(model, index, prompts: list[str], k: int) -> None:
     from transformers import DynamicCache
 
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    from retrieval.config import PipelineConfig
+    from retrieval.pipeline import PhrasePipeline
 
     settings = PipelineConfig(top_k=k, no_repeat_ngram_size=0)
     pipeline, tokenizer = PhrasePipeline(model, None, settings), model.tokenizer

@@ -8,7 +8,7 @@ Reports the time of each (median per prompt), the least cosine between a key rea
 made by the LM, and, at each threshold, how many (position, phrase) pairs the gate opens on the prompt's own tokens
 with either set of keys and how many of them differ.
 
-    python experiments/serving/state_store_probe.py --num-prompts 40 --output results/document-states/probe.json
+    python experiments/serving/state_store_probe.py --num-prompts 40 --output results/request-path/document-states/probe.json
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     thresholds = [float(t) for t in args.thresholds.split(",")]
 
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
     from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-    from dynvocab.state_keys import StateKeys, state_keys
-    from dynvocab.state_store import DocumentStates
+    from dynvocab.states.keys import StateKeys, state_keys
+    from dynvocab.states.store import DocumentStates
+    from retrieval.config import PipelineConfig
     from retrieval.document_states import attach_document_states, document_token_ids
     from retrieval.loading import demo_index
-    from retrieval.pipeline import PhrasePipeline, PipelineConfig
+    from retrieval.pipeline import PhrasePipeline
 
     model = load_dynamic_lm("smollm2", SHIPPED_ENCODER)
     index = demo_index(Path(".cache/demo"), "wikipedia")

@@ -4,7 +4,7 @@ torch.profiler's operators by the self time per step that the shortlist adds to 
 (``--assembly``) the phrase half of a step alone, as the model builds its logits now against as it did before.
 
     python experiments/shortlist/step_probes.py --vectors-cache .cache/shortlist/vectors-1e6.safetensors \
-        --output results/shortlist-avx512bf16/step_probes.json
+        --output runs/shortlist-step-probes.json
     python experiments/shortlist/step_probes.py --vectors-cache .cache/shortlist/vectors-1e6.safetensors \
         --ops --size 1000000 --output runs/shortlist-ops.json
     python experiments/shortlist/step_probes.py --vectors-cache .cache/shortlist/vectors-1e6.safetensors \
@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
-from dynvocab.shortlist import ShortlistHead, _gathered_runs_torch
-from dynvocab.shortlist_scorer import SCORER_DEFAULTS
+from dynvocab.scoring.shortlist_head import ShortlistHead, _gathered_runs_torch
+from dynvocab.scoring.shortlist_scorer import SCORER_DEFAULTS
 from retrieval import extract_phrases
 
 

@@ -1,7 +1,7 @@
 """Hybrid index folders: ``dense.faiss``, ``sparse.safetensors`` and ``metadata.json``, written atomically.
 
 The same safety as ``DocumentIndex`` folders (:mod:`retrieval.index.storage`): the folder is swapped in
-whole (``dynvocab.atomic``), each data file's size and sha256 are recorded and checked on load with
+whole (``dynvocab.io.atomic``), each data file's size and sha256 are recorded and checked on load with
 an error naming the file, NaN/Inf is refused, and the encoder passed at load must give the vectors
 the index was built with.
 """
@@ -19,7 +19,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from dynvocab.atomic import atomic_directory, file_sha256, recover
+from dynvocab.io.atomic import atomic_directory, file_sha256, recover
 from encoders.hybrid import REPRESENTATIONS, HybridVectors, hybrid_scores
 
 from .sparse import SparseIndex

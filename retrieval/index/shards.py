@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from dynvocab.atomic import atomic_directory, verify
 from dynvocab.config import as_int
+from dynvocab.io.atomic import atomic_directory, verify
 
 from .ann import as_vectors
 from .documents import documents_record

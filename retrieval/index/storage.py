@@ -11,7 +11,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from dynvocab.atomic import atomic_directory, file_sha256, recover
+from dynvocab.io.atomic import atomic_directory, file_sha256, recover
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def encoder_record(encoder: Any) -> dict[str, Any]:
 
 
 def write_index_dir(target: Path, index: faiss.Index, metadata: dict[str, Any]) -> Path:
-    """Write to a temporary sibling folder, then swap it in (``dynvocab.atomic``): a failed save leaves ``target`` as it was."""
+    """Write to a temporary sibling folder, then swap it in (``dynvocab.io.atomic``): a failed save leaves ``target`` as it was."""
     if target.exists() and not target.is_dir():
         raise ValueError(f"cannot save an index to {str(target)!r}: it is a file; pass a folder path")
     if target.is_dir() and any(target.iterdir()) and not (target / METADATA_FILE).exists():

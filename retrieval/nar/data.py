@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import re
 
-from dynvocab.assets import wikipedia_leads
-from dynvocab.corpora import fanoutqa_subquestions
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.data.corpora import fanoutqa_subquestions
 
 __all__ = ["QuerySplit", "fanoutqa_queries", "sentences", "split_queries"]
 

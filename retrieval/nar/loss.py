@@ -4,7 +4,7 @@
 token there (its end id included); ``l2``: cross-entropy of ``x0``'s softmax ``softmax(x0 · W)``
 against every token of the docid; ``l3``: self-normalisation, the mean of ``(log Σ_v exp(h_t · w_v))^2``
 over the scored positions, so that raw scores can stand for log-probabilities on a shortlist.
-Every ``log Σ exp`` is taken over chunks of the vocabulary (``dynvocab.shortlist.chunked_logsumexp``).
+Every ``log Σ exp`` is taken over chunks of the vocabulary (``dynvocab.scoring.shortlist_head.chunked_logsumexp``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from dynvocab.config import check_at_least
-from dynvocab.shortlist import chunked_logsumexp
+from dynvocab.scoring.shortlist_head import chunked_logsumexp
 
 __all__ = ["NarLossWeights", "nar_loss"]
 

@@ -19,10 +19,10 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
-from dynvocab.assets import resolve_model
 from dynvocab.config import JsonConfig
-from dynvocab.shortlist import ShortlistHead
-from dynvocab.tensor_files import read_tensor_folder, write_tensor_folder
+from dynvocab.data.assets import resolve_model
+from dynvocab.io.tensor_files import read_tensor_folder, write_tensor_folder
+from dynvocab.scoring.shortlist_head import ShortlistHead
 
 from .trie import BeamResult, DocidTrie, beam_search
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dynvocab.shortlist import ShortlistHead
+from dynvocab.scoring.shortlist_head import ShortlistHead
 
-from .trie import DocidTrie, aggregate_documents
 from .model import NarConfig, NarRetriever
 from .training import NarTrainConfig, NarTrainer, docid_targets
+from .trie import DocidTrie, aggregate_documents
 from .vocab import DocidTokenizer, HFDocidTokenizer, PhraseVocabConfig, PhraseVocabulary, train_baseline
 
 __all__ = ["docid_tokenizer", "rank_documents", "token_texts", "train_retriever"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dynvocab.jsonl import iter_jsonl
+from dynvocab.io.jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def prompt_ids(tokenizer, text: str, words: int) -> list[int]:
 def generate_pseudo_queries(lm, tokenizer, texts: Sequence[str], per_document: int = 4, max_new_tokens: int = 24,
                             words: int = 128, temperature: float = 0.8, top_p: float = 0.95) -> list[list[str]]:
     """Up to ``per_document`` distinct sampled queries for each of ``texts`` (one left-padded batch)."""
-    from dynvocab.padding import pad_id
+    from dynvocab.tokens.padding import pad_id
 
     prompts = [prompt_ids(tokenizer, text, words) for text in texts]
     width = max(map(len, prompts))

@@ -12,16 +12,16 @@ from typing import Any
 
 import torch
 
-from dynvocab.assets import wikipedia_leads
-from dynvocab.jsonl import iter_jsonl
-from dynvocab.shortlist import ShortlistConfig, ShortlistHead
-from dynvocab.tensor_files import read_tensor_folder, write_tensor_folder
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.io.jsonl import iter_jsonl
+from dynvocab.io.tensor_files import read_tensor_folder, write_tensor_folder
+from dynvocab.scoring.shortlist_head import ShortlistConfig, ShortlistHead
 
-from .trie import DocidTrie, aggregate_documents
 from .data import split_queries
 from .model import NarRetriever
 from .pipeline import train_retriever
 from .training import NarTrainConfig, docid_targets, fit_learned_head
+from .trie import DocidTrie, aggregate_documents
 from .vocab import PhraseVocabConfig, PhraseVocabulary
 
 __all__ = ["build_vocab", "nar_search", "nar_train", "read_docids"]

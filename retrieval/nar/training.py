@@ -19,8 +19,8 @@ from accelerate import PartialState
 from tqdm.auto import tqdm
 
 from dynvocab.config import JsonConfig
-from dynvocab.precision import cpu_processes
-from dynvocab.shortlist import ShortlistConfig, ShortlistHead
+from dynvocab.hardware.precision import cpu_processes
+from dynvocab.scoring.shortlist_head import ShortlistConfig, ShortlistHead
 from dynvocab.training.loop import LoopSettings, TrainingLoop, check_loop_settings, loop_field
 
 from .loss import IGNORE, NarLossWeights, nar_loss

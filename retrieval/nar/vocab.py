@@ -28,7 +28,7 @@ from typing import ClassVar, Protocol
 from tqdm.auto import tqdm
 
 from dynvocab.config import JsonConfig
-from dynvocab.tensor_files import read_tensor_folder, write_tensor_folder
+from dynvocab.io.tensor_files import read_tensor_folder, write_tensor_folder
 
 __all__ = [
     "SPECIAL_TOKENS", "DocidTokenizer", "HFDocidTokenizer", "PhraseVocabConfig", "PhraseVocabulary", "pieces",

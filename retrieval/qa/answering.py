@@ -24,14 +24,14 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from dynvocab import DynamicVocabLM, Phrase, generate_grounded, generate_verified
 from dynvocab.config import check_at_least, check_field_types
-from dynvocab.drafting import DocumentDrafter
-from dynvocab.repetition import check_no_repeat_scope
-from dynvocab.state_keys import row_state_keys
-from dynvocab.state_store import DocumentStates
+from dynvocab.decoding.drafting import DocumentDrafter
+from dynvocab.decoding.repetition import check_no_repeat_scope
+from dynvocab.states.keys import row_state_keys
+from dynvocab.states.store import DocumentStates
 
-from .citations import SENTENCE_END, Citation, cite_copies, cite_segments, document_block, marker, numbered_phrases
+from ..config import GROUNDED_GAMMA, GROUNDED_RELAX_AFTER
 from ..phrases import document_contexts, extract_phrases
-from ..pipeline import GROUNDED_GAMMA, GROUNDED_RELAX_AFTER
+from .citations import SENTENCE_END, Citation, cite_copies, cite_segments, document_block, marker, numbered_phrases
 
 __all__ = ["CitationQA", "QAConfig", "QAResult", "build_messages", "cited_phrase_contexts", "document_phrases"]
 
@@ -75,12 +75,12 @@ class QAConfig:
     context_tokens: int = field(
         default=4,
         metadata={"help": "A phrase may follow only the last n tokens its body follows in its document "
-                          "(dynvocab.context_gate; 0: off; the figures per setting are in docs/qa.md)."},
+                          "(dynvocab.decoding.context_gate; 0: off; the figures per setting are in docs/qa.md)."},
     )
     state_threshold: float | None = field(
         default=None,
         metadata={"help": "A phrase may compete only where the cosine of the LM's state and its state just before the "
-                          "phrase in the prompt, whose documents it was cut from, reaches this (dynvocab.state_keys; "
+                          "phrase in the prompt, whose documents it was cut from, reaches this (dynvocab.states.keys; "
                           "None: off). Needs markers off: a marked phrase ends with its [n], which the prompt lacks."},
     )
     phrase_bias: float = field(
@@ -407,7 +407,7 @@ class CitationQA:
         keys = None
         if first.state_threshold is not None:
             # keys from the prompt, not from each document alone: the answer is written in the prompt's context, and
-            # on FanOutQA the prompt's keys let phrases through where the documents' own did not (results/qa-state/);
+            # on FanOutQA the prompt's keys let phrases through where the documents' own did not (results/qa/state-gate/);
             # only the question's documents give keys, the instructions and the worked example before them do not
             before = _common_prefix(ids, prompt_ids(tokenizer, question, [], first), len(ids))
             keys = row_state_keys(self.prompt_states, model.phrase_table, [[ids]] * len(rows),
@@ -495,6 +495,6 @@ def _lstrip(segments: list) -> list:
 
 
 def _pad(tokenizer) -> int:
-    from dynvocab.padding import pad_id
+    from dynvocab.tokens.padding import pad_id
 
     return pad_id(tokenizer)

@@ -146,10 +146,10 @@ def _span_before(text: str) -> str:
 def cite_copies(answer: str, citations: Sequence[Citation], documents: Sequence[Mapping], tokenizer,
                 min_tokens: int = 4) -> tuple[str, list[Citation]]:
     """The answer with ``[n]`` written after every span of at least ``min_tokens`` tokens that stands verbatim in
-    document ``n`` (``dynvocab.citations.cite``: grounded decoding's citations by construction), unless that marker
+    document ``n`` (``dynvocab.decoding.citations.cite``: grounded decoding's citations by construction), unless that marker
     follows the span already; ``citations`` (of ``cite_segments``) moved along, and the new ones (origin ``"copy"``)
     among them in order."""
-    from dynvocab.citations import cite
+    from dynvocab.decoding.citations import cite
 
     plain = [(m.start(), m.end()) for m in MARKER.finditer(answer)]
     # tokenized as it was written, after a space: its first word is then the token the document has mid-text

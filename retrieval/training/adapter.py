@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel
 
-from dynvocab.assets import HUB_NAMES, resolve_model
-from dynvocab.atomic import atomic_directory
+from dynvocab.data.assets import HUB_NAMES, resolve_model
+from dynvocab.io.atomic import atomic_directory
 from encoders.hybrid import CONFIG_FILE, PROJECTION_FILE
 from encoders.low_rank import low_rank_adapter
 

@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from accelerate import PartialState
 from torch import nn
 
-from dynvocab.assets import resolve_model
-from dynvocab.atomic import atomic_directory
 from dynvocab.config import JsonConfig
-from dynvocab.corpora import CORPORA, corpus_split
+from dynvocab.data.assets import resolve_model
+from dynvocab.data.corpora import CORPORA, corpus_split
+from dynvocab.io.atomic import atomic_directory
 from dynvocab.training.loop import EXPORT_DIR, LoopSettings, check_loop_settings
 from encoders.dense import pool
 from encoders.hybrid import HybridEncoder

@@ -9,14 +9,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from dynvocab.assets import resolve_model
 from dynvocab.config import JsonConfig
-from dynvocab.corpora import CORPORA, corpus_split
+from dynvocab.data.assets import resolve_model
+from dynvocab.data.corpora import CORPORA, corpus_split
 from dynvocab.training.loop import LoopSettings, check_loop_settings
 from encoders.dupmae import DupMAEConfig, DupMAEForPretraining
 
 from ..index.documents import load_documents
-
 from .trainer import EncoderTrainer
 
 __all__ = ["PretrainConfig", "corpus_texts", "pretrain", "step_indices"]

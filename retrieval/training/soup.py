@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from dynvocab.assets import resolve_model
-from dynvocab.atomic import atomic_directory
+from dynvocab.data.assets import resolve_model
+from dynvocab.io.atomic import atomic_directory
 
 __all__ = ["soup_encoders"]
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from dynvocab import DynamicVocabLM, Phrase
-from dynvocab.assets import resolve_model
 from dynvocab.config import DynamicVocabConfig
-from dynvocab.jsonl import iter_jsonl
-from dynvocab.phrase_table import PhraseTable
+from dynvocab.data.assets import resolve_model
+from dynvocab.io.jsonl import iter_jsonl
+from dynvocab.phrases.table import PhraseTable
+from tests.helpers import tiny_llama
 
 PHRASES = ["New York City", "the United States"]
 
@@ -206,6 +207,30 @@ def _edit_config(directory, **values):
     path.write_text(json.dumps(json.loads(path.read_text()) | values))
 
 
+#: loads onto another LM than the one the encoder was trained for: (name, edit of the save, verify, fragment)
+OTHER_LM_CASES = [
+    ("onto an LM of another hidden size", lambda d: None, True, "hidden size 32 (saved for 16)"),
+    ("config without its base_* keys, verify=False, onto an LM of another hidden size",
+     lambda d: _drop_config_keys(d, "base_hidden_size", "base_vocab_size", "base_model_type", "tokenizer_fingerprint"),
+     False, "trained for an LM of hidden size 16, and the base model has hidden size 32"),
+]
+
+
+def _drop_config_keys(directory, *keys):
+    path = directory / "dynvocab_config.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k not in keys}))
+
+
+@pytest.mark.parametrize(("edit", "verify", "fragment"), [c[1:] for c in OTHER_LM_CASES], ids=[c[0] for c in OTHER_LM_CASES])
+def test_a_save_loaded_onto_another_lm_names_the_sizes(model, tokenizer, tmp_path, edit, verify, fragment):
+    directory = _saved(model, tmp_path)
+    edit(directory)
+    wider = tiny_llama(len(tokenizer), hidden_size=32)
+    with pytest.raises(ValueError) as raised:
+        DynamicVocabLM.from_pretrained(directory, wider, tokenizer, verify=verify)
+    assert fragment in str(raised.value) and "size mismatch" not in str(raised.value)
+
+
 @pytest.mark.parametrize(("corrupt", "error", "fragment"), [c[1:] for c in DISK_CASES], ids=[c[0] for c in DISK_CASES])
 def test_a_corrupted_save_is_named_not_loaded(model, llama, tokenizer, tmp_path, corrupt, error, fragment):
     directory = _saved(model, tmp_path)
@@ -220,7 +245,7 @@ def test_vectors_saved_for_other_phrases_are_refused_even_with_a_matching_manife
     lines = (directory / "phrases.jsonl").read_text().splitlines(True)
     (directory / "phrases.jsonl").write_text("".join(reversed(lines)))
     (directory / "dynvocab_manifest.json").unlink()
-    from dynvocab.atomic import _relative_files, _write_manifest  # re-seal the edit, as a careless tool would
+    from dynvocab.io.atomic import _relative_files, _write_manifest  # re-seal the edit, as a careless tool would
 
     _write_manifest(directory, [f for f in _relative_files(directory)])
     with pytest.raises(ValueError, match="another phrase list"):

@@ -2,7 +2,7 @@
 
 Everywhere else these tests are skipped: the suite's default marker filter leaves them out, and they skip
 without CUDA. ``tests/dynvocab/training/test_state_cache.py`` covers the state cache's GPU build when run there, and
-``tests/dynvocab/test_shortlist.py`` the shortlist's torch gather on the GPU.
+``tests/dynvocab/scoring/test_shortlist.py`` the shortlist's torch gather on the GPU.
 """
 
 import copy
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
-from dynvocab.drafting import DocumentDrafter
-from dynvocab.precision import encode_autocast_dtype
-from dynvocab.verification import generate_verified
+from dynvocab.decoding.drafting import DocumentDrafter
+from dynvocab.decoding.verification import generate_verified
+from dynvocab.hardware.precision import encode_autocast_dtype
 from tests.helpers import RandomScorer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -6,7 +6,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from dynvocab import DynamicVocabLM, Phrase
-from dynvocab.scoring import DotProductScorer
+from dynvocab.scoring.dot_product import DotProductScorer
 
 PHRASES = [" New York City", " the United States", Phrase(" of the", source="doc-1"), " in the"]
 TEXT = "He moved from New York City to the United States in the spring of the year."
@@ -205,7 +205,7 @@ def test_a_bfloat16_encoder_pass_gives_vectors_close_to_float32(base_model, toke
 
 @pytest.mark.parametrize("bf16_cpu, expected", [(True, torch.bfloat16), (False, None)])
 def test_auto_encode_dtype_uses_bfloat16_only_where_the_cpu_computes_it(monkeypatch, bf16_cpu, expected):
-    from dynvocab.precision import encode_autocast_dtype
+    from dynvocab.hardware.precision import encode_autocast_dtype
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_cpu)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
@@ -215,7 +215,7 @@ def test_auto_encode_dtype_uses_bfloat16_only_where_the_cpu_computes_it(monkeypa
 
 
 def test_generate_continuations_stops_each_row_at_its_own_character_budget(llama, tokenizer):
-    from dynvocab.generation import generate_continuations
+    from dynvocab.decoding.generation import generate_continuations
 
     prompts = [tokenizer("The cat sat")["input_ids"], tokenizer("A much longer prompt about the city of Rome")["input_ids"]]
     new = generate_continuations(llama, prompts, tokenizer.eos_token_id, 40, decode=tokenizer.decode, max_chars=[5, 25])
@@ -229,7 +229,7 @@ def test_generate_continuations_stops_each_row_at_its_own_character_budget(llama
 
 
 def test_continuations_end_at_their_first_end_of_text_token_which_counts_as_a_step(llama, tokenizer):
-    from dynvocab.generation import generate_continuations
+    from dynvocab.decoding.generation import generate_continuations
 
     prompts = [tokenizer("The cat sat")["input_ids"], tokenizer("A much longer prompt about Rome")["input_ids"]]
     free = generate_continuations(llama, prompts, tokenizer.eos_token_id, 8, eos_token_id=-5)

@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
 from dynvocab.multiword import CONFIG_NAME, MultiWordLM, MultiWordVocab
 
 

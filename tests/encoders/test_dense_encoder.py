@@ -129,7 +129,7 @@ def test_loads_from_a_saved_folder(tmp_path, tiny_bert, tiny_tokenizer):
 
 @pytest.mark.slow
 def test_real_minilm_ranks_paraphrases_first():
-    minilm = pytest.importorskip("dynvocab.assets").minilm_dir()
+    minilm = pytest.importorskip("dynvocab.data.assets").minilm_dir()
     encoder = DenseEncoder(str(minilm))
     vectors = encoder.encode(["A man is eating food.", "A man is eating a meal.", "The stock market fell today."])
     assert vectors.shape == (3, 384)

@@ -6,7 +6,7 @@ from transformers import AutoModelForCausalLM
 
 from dynvocab import DynamicVocabLM
 from dynvocab.cli import main
-from dynvocab.corpora import corpus_split
+from dynvocab.data.corpora import corpus_split
 from dynvocab.multiword import MultiWordLM, MultiWordVocab
 
 
@@ -390,7 +390,7 @@ def test_decoding_dependent_settings_are_recorded_as_values_and_guard_resumes(tm
     from dataclasses import asdict
 
     from evals.protocol import EvalConfig, check_resumable
-    from retrieval.pipeline import DECODING_DEFAULTS
+    from retrieval.config import DECODING_DEFAULTS
 
     names = list(DECODING_DEFAULTS["greedy"])
     assert {k: getattr(EvalConfig(), k) for k in names} == DECODING_DEFAULTS["greedy"]

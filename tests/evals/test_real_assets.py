@@ -19,7 +19,7 @@ def smollm2():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dynvocab import assets
+    from dynvocab.data import assets
 
     try:
         folder = assets.smollm2_dir()

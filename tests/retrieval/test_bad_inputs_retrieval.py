@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from retrieval import DocumentIndex
+from retrieval.config import PipelineConfig
 from retrieval.index.ann import IndexConfig
 from retrieval.phrases import extract_phrases
-from retrieval.pipeline import PipelineConfig
 from tests.helpers import HashEncoder, word_tokenizer
 
 DOCS = [{"id": f"d{i}", "text": f"the cat sat on a mat and the dog ran {i}"} for i in range(30)]
@@ -27,7 +27,7 @@ CASES = [
     ("build a document without text", lambda i, t: DocumentIndex.build([{"id": "a"}], HashEncoder()), ValueError,
      "text_field"),
     ("build a document whose text is an int", lambda i, t: DocumentIndex.build([{"id": "a", "text": 5}], HashEncoder()),
-     ValueError, "no str field 'text'"),
+     ValueError, "item 0 has no str field text_field='text' (it holds a int)"),
     ("build duplicate ids", lambda i, t: DocumentIndex.build([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}],
                                                              HashEncoder()), ValueError, "appears twice"),
     ("build without encoder or vectors", lambda i, t: DocumentIndex.build(DOCS, None), ValueError, "pass an encoder"),

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from dynvocab import DynamicVocabLM
-from dynvocab.state_keys import row_state_keys
-from dynvocab.state_store import DocumentStates
+from dynvocab.states.keys import row_state_keys
+from dynvocab.states.store import DocumentStates
 from retrieval import DocumentIndex
+from retrieval.config import PipelineConfig
 from retrieval.document_states import attach_document_states, build_document_states, document_token_ids, states_path
-from retrieval.pipeline import _DOCUMENT_STATES, PhrasePipeline, PipelineConfig
+from retrieval.pipeline import _DOCUMENT_STATES, PhrasePipeline
 from tests.helpers import HashEncoder, PreferPhrases, tiny_llama
 from tests.retrieval.test_phrase_vectors import MORE
 
@@ -82,7 +83,7 @@ def test_the_server_reads_its_corpus_states_from_the_store(make_engine_on, llama
 @pytest.fixture
 def make_engine_on():
     from dynvocab.serving import ServerConfig
-    from dynvocab.serving.engine import Engine
+    from dynvocab.serving.engine.engine import Engine
 
     def make(lm, tokenizer, corpora):
         return Engine(DynamicVocabLM.from_causal_lm(lm, tokenizer).eval(), corpora, "tiny", ServerConfig(index="none"))

@@ -187,7 +187,7 @@ def test_bad_documents_raise():
 
 @pytest.mark.slow
 def test_real_wikipedia_leads(tokenizer):
-    from dynvocab.assets import wikipedia_leads
+    from dynvocab.data.assets import wikipedia_leads
 
     leads = wikipedia_leads()[:32]
     phrases = extract_phrases(leads, tokenizer)

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from dynvocab import DynamicVocabLM
-from dynvocab.phrase_store import finished_shards, flatten, phrase_keys, shard_path
+from dynvocab.phrases.store import finished_shards, flatten, phrase_keys, shard_path
 from retrieval import DocumentIndex
+from retrieval.config import PipelineConfig
 from retrieval.phrase_vectors import attach_phrase_vectors, build_phrase_vectors, store_path
-from retrieval.pipeline import PhrasePipeline, PipelineConfig
-
+from retrieval.pipeline import PhrasePipeline
 from tests.helpers import HashEncoder as WordHashEncoder, count_encoded, killed_after
 
 MORE = [

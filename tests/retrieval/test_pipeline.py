@@ -3,7 +3,9 @@ import pytest
 
 from dynvocab import DotProductScorer, DynamicVocabLM, Phrase
 from retrieval import DocumentIndex
-from retrieval.pipeline import _DOCUMENT_STATES, _DRAFT_STEP_COSTS, PhrasePipeline, PipelineConfig
+from retrieval.config import PipelineConfig
+from retrieval.pipeline import _DOCUMENT_STATES, PhrasePipeline
+from retrieval.reading import _DRAFT_STEP_COSTS
 from tests.helpers import PreferPhrases
 
 DOCS = [
@@ -149,7 +151,7 @@ def test_first_token_mass_lets_a_phrase_start_only_where_the_lm_would(pipeline):
 
 
 def test_the_phrase_guards_default_by_decoding_and_explicit_values_win():
-    from retrieval.pipeline import DECODING_DEFAULTS
+    from retrieval.config import DECODING_DEFAULTS
 
     greedy, sampled = PipelineConfig(grounded=False).generation_kwargs(), PipelineConfig(grounded=False, do_sample=True).generation_kwargs()
     assert greedy["phrase_agreement_top_k"] == 3 and "phrase_first_token_mass" not in greedy and "phrase_bias" not in greedy
@@ -262,7 +264,7 @@ def test_a_requests_phrases_are_tokenized_once(pipeline, monkeypatch):
 def test_grounded_decoding_at_gamma_one_is_the_lm_reading_the_documents(pipeline, llama):
     import torch
 
-    from retrieval.pipeline import in_context_ids
+    from retrieval.reading import in_context_ids
 
     pipeline.config = PipelineConfig(top_k=2, read_documents=1, max_new_tokens=10, no_repeat_ngram_size=0, gamma=1.0)
     prompts = ["Which river flows through New York City?", "What is the capital of France?"]

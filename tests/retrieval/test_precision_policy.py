@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dynvocab.cli import main
-from dynvocab.precision import encode_autocast, encode_autocast_dtype, native_bf16
+from dynvocab.hardware.precision import encode_autocast, encode_autocast_dtype, native_bf16
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [{"id": f"d{i}", "title": f"Doc {i}", "text": f"the river city {i} has a bank and a tower"} for i in range(6)]
@@ -49,7 +49,8 @@ def expected(native: bool) -> str | None:
 
 def test_every_entry_point_that_encodes_follows_the_policy(native, tmp_path, tiny_encoder_dir):
     from evals.qa.protocol import QAEvalConfig, load_index
-    from evals.retrieval.protocol import RetrievalEvalConfig, _dense_encoder
+    from evals.retrieval.config import RetrievalEvalConfig
+    from evals.retrieval.quick_protocol import _dense_encoder
     from retrieval.loading import document_encoder
 
     encoder = str(tiny_encoder_dir)
@@ -67,10 +68,10 @@ def test_every_entry_point_that_encodes_follows_the_policy(native, tmp_path, tin
 
 
 def test_no_module_picks_bf16_on_its_own():
-    """bf16 is chosen in dynvocab/precision.py alone: nowhere else a literal bf16 autocast or amp_dtype."""
+    """bf16 is chosen in dynvocab/hardware/precision.py alone: nowhere else a literal bf16 autocast or amp_dtype."""
     literal = re.compile(r"autocast\([^)]*bfloat16|amp_dtype\s*=\s*['\"]bfloat16")
     offenders = [f"{path.relative_to(ROOT)}:{number}"
                  for folder in ("dynvocab", "encoders", "retrieval", "evals", "experiments", "examples")
                  for path in (ROOT / folder).rglob("*.py")
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if literal.search(line)]
-    assert not offenders, f"pick the dtype with dynvocab.precision.encode_autocast(_dtype) instead: {offenders}"
+    assert not offenders, f"pick the dtype with dynvocab.hardware.precision.encode_autocast(_dtype) instead: {offenders}"

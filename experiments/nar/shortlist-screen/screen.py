@@ -4,7 +4,7 @@ Each HEAD is `KIND:clusters:subset_size:probe[:steps]` with KIND `learned` (PIXA
 training queries, 300 steps unless given) or `centroid` (k-means of the output vectors). Prints, per head, MRR@10 on
 500 held-out sentences and the 558 FanOutQA sub-questions, the mean candidates per query and the relative loss
 against full scoring. Its printed output is `results/nar/shortlist-screen/screen{1,2,3}.log` (the commands and
-the reading are in that folder's README.md). Needs the phrase model of `results/nar/` in
+the reading are in that folder's README.md). Needs the phrase model of `results/nar/titles-projected/` in
 `runs/nar-experiment/phrase/final` (trained by that run's command).
 
     python experiments/nar/shortlist-screen/screen.py learned:1024:384:8 centroid:128:384:8   # about a minute per head on 2 cores
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from dynvocab.assets import wikipedia_leads
-from dynvocab.shortlist import ShortlistConfig, ShortlistHead
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.scoring.shortlist_head import ShortlistConfig, ShortlistHead
 from evals.retrieval.ranking import ranking_metrics
 from retrieval.nar.data import fanoutqa_queries, split_queries
 from retrieval.nar.model import NarRetriever

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
 from retrieval.nar import vocab as new
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -10,7 +10,7 @@ import argparse
 import random
 import time
 
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
 from retrieval.nar.vocab import PhraseVocabConfig, PhraseVocabulary
 
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from dynvocab.assets import wikipedia_leads
-from dynvocab.corpora import corpus_split
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.data.corpora import corpus_split
 from dynvocab.loading import SHIPPED_ENCODER, load_dynamic_lm
 from retrieval import extract_phrases
 

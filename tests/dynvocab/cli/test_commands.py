@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from dynvocab.assets import wikipedia_leads
 from dynvocab.cli import main
-from dynvocab.state_store import DocumentStateStore
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.states.store import DocumentStateStore
 from retrieval import DocumentIndex
 from tests.helpers import launch
 
@@ -114,7 +114,7 @@ def test_cache_states_then_train_from_the_cache(workspace, capsys):
 
 
 def test_index_of_an_embedded_corpus_leaves_the_held_out_part_out_and_eval_refuses_one_that_has_it(workspace, capsys):
-    from dynvocab.corpora import corpus_split
+    from dynvocab.data.corpora import corpus_split
     from retrieval import DocumentIndex
 
     training, held_out = corpus_split("licenses")

@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 
 from dynvocab import DynamicVocabLM
 from dynvocab.serving import ServerConfig
-from dynvocab.serving.app import create_app
-from dynvocab.serving.engine import Engine
+from dynvocab.serving.engine.engine import Engine
+from dynvocab.serving.http.app import create_app
 from retrieval import DocumentIndex
 from tests.helpers import HashEncoder, PreferPhrases
 

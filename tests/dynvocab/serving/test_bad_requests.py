@@ -39,7 +39,6 @@ ROWS = [
     ("oversized body", OK | {"prompt": "word " * 1000}, 413, "at most 4096 bytes"),
     ("phrase with a special token", OK | {"phrases": ["New York <|endoftext|>"]}, 400,
      "contains the special token '<|endoftext|>'"),
-    ("one-token phrase", OK | {"phrases": ["cat"]}, 400, "a phrase must span at least 2 tokens"),
     ("blank phrase", OK | {"phrases": ["   "]}, 400, "only whitespace"),
     ("too many phrases", OK | {"phrases": [f"phrase number {i}" for i in range(6)]}, 400, "at most 5 phrases"),
     ("too many documents", OK | {"documents": ["a b c"] * 2, "retrieve": 2}, 400, "at most 3 documents"),
@@ -59,6 +58,13 @@ ROWS = [
 ]
 
 
+# (name, body, what the response's "dynvocab" part must say): inputs served, with what was left out said in the reply
+NOTED_ROWS = [
+    ("one-token phrases", OK | {"phrases": ["cat", " Augustus", "New York"]},
+     {"skipped_phrases": ["cat", " Augustus"], "num_phrases": 2}),  # "New York" and its mid-sentence " New York"
+]
+
+
 @pytest.fixture(scope="module")
 def client(make_module_client):
     """One server for the whole table: a bad request must leave it serving the next."""
@@ -74,6 +80,16 @@ def test_a_bad_request_gets_an_openai_error_naming_the_problem(client, body, sta
     assert phrase in error["message"]
     assert error["type"] == "invalid_request_error" and error["code"] and "; " in error["message"]  # rule; fix
     assert client.post("/v1/completions", json=OK).status_code == 200  # the server goes on serving
+
+
+@pytest.mark.parametrize("body, noted", [row[1:] for row in NOTED_ROWS], ids=[row[0] for row in NOTED_ROWS])
+def test_a_request_is_served_and_told_what_was_left_out(client, body, noted):
+    reply = client.post("/v1/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    details = reply.json()["dynvocab"]
+    assert [entry["phrase"] for entry in details["skipped_phrases"]] == noted["skipped_phrases"]
+    assert all("single token" in entry["reason"] for entry in details["skipped_phrases"])
+    assert details["num_phrases"] == noted["num_phrases"]
 
 
 def test_a_chunked_body_is_cut_off_at_the_limit(client):

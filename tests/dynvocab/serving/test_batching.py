@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from dynvocab.serving import continuous
-from dynvocab.serving.engine import Job
-from dynvocab.serving.errors import ApiError
-from dynvocab.serving.schemas import CompletionRequest
+from dynvocab.serving.engine import running_batch
+from dynvocab.serving.engine.engine import Job
+from dynvocab.serving.engine.errors import ApiError
+from dynvocab.serving.engine.requests import CompletionRequest
 
 from .documents import DOCS
 
@@ -34,7 +34,7 @@ def job(engine, fields: dict, number: int) -> Job:
     """A checked job of ``fields``, greedy, in the paper's mode unless ``fields`` names ``grounded`` (this module
     tests the running batch, which grounded requests leave: they decode alone)."""
     request = CompletionRequest.model_validate({"temperature": 0, "agreement_top_k": 0, "grounded": False, **fields})
-    prompt_ids, phrases, documents, settings = engine.check(request)
+    prompt_ids, phrases, documents, settings, _ = engine.check(request)
     steps, done = [], []
     made = Job(request, f"r{number}", prompt_ids, phrases, documents, settings,
                engine.batch_key(request, settings, f"r{number}"), steps.append, done.append, done.append)
@@ -48,7 +48,7 @@ def job(engine, fields: dict, number: int) -> Job:
 def test_a_batch_equals_each_request_alone(make_engine, monkeypatch, phrases_win, max_batch_size, readback):
     """With room for 3 rows, the later requests join the running batch as earlier ones end: longer prompts than the
     batch's, shorter ones, after steps that read phrases back (several slots); the table compacts at every leave."""
-    monkeypatch.setattr(continuous, "SPARE_PHRASES", 0)
+    monkeypatch.setattr(running_batch, "SPARE_PHRASES", 0)
     engine = make_engine(phrases_win, max_batch_size=max_batch_size)
     requests = [fields | {"readback": readback} for fields in REQUESTS]
     alone = [engine.run([job(engine, fields, n)])[0] for n, fields in enumerate(requests)]
@@ -149,8 +149,8 @@ def test_a_full_queue_answers_503_with_retry_after(make_client):
 def test_a_stopping_batcher_refuses_new_requests_and_fails_the_queued_ones(make_engine):
     import asyncio
 
-    from dynvocab.serving.batching import Batcher
-    from dynvocab.serving.metrics import ServerMetrics
+    from dynvocab.serving.engine.scheduler import Batcher
+    from dynvocab.serving.http.metrics import ServerMetrics
 
     engine = make_engine(shutdown_timeout=0.0)
     batcher = Batcher(engine, engine.config, ServerMetrics())
@@ -176,7 +176,7 @@ GATED = [fields | {"grounded": False} for fields in GATED]
 @pytest.mark.parametrize("readback", ["tokens", "vector"])
 def test_a_state_gated_batch_equals_each_request_alone(make_engine, monkeypatch, readback):
     """Rows join a running batch of two and leave it; the table compacts (phrase ids renumbered) at every leave."""
-    monkeypatch.setattr(continuous, "SPARE_PHRASES", 0)
+    monkeypatch.setattr(running_batch, "SPARE_PHRASES", 0)
     engine = make_engine(phrases_win=True, max_batch_size=2)
     requests = [fields | {"readback": readback, "state_threshold": 0.5, "phrase_max_uses": 0} for fields in GATED]
     alone = [engine.run([job(engine, fields, n)])[0] for n, fields in enumerate(requests)]

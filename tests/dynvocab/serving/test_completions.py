@@ -101,14 +101,21 @@ def test_a_seeded_sampled_request_returns_the_same_text_each_time(make_client):
     assert len(others | texts) > 1  # the seed matters: 5 seeds do not all sample the same 12 tokens
 
 
-def test_readback_is_set_for_the_batch_and_put_back(make_client):
+def test_a_request_with_its_own_readback_never_touches_the_model_config(make_client):
     client = make_client()
     model = client.app.state.engine.model
     before = model.dynvocab_config.readback
     other = "vector" if before == "tokens" else "tokens"
+    seen, forward = [], model.forward
+
+    def watched(*args, **kwargs):  # the config the model holds at each forward of the request's decoding
+        seen.append(model.dynvocab_config.readback)
+        return forward(*args, **kwargs)
+
+    model.forward = watched
     reply = client.post("/v1/completions", json={"prompt": "The cat", "max_tokens": 3, "temperature": 0,
-                                                 "readback": other})
-    assert reply.status_code == 200 and model.dynvocab_config.readback == before
+                                                 "phrases": ["the cat sat", "New York"], "readback": other})
+    assert reply.status_code == 200 and seen and set(seen) == {before}
 
 
 def test_health_models_and_metrics(make_client):

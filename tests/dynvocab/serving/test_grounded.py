@@ -4,8 +4,8 @@ with gamma = 1 the text is the LM's own given the documents, and each copied spa
 import pytest
 import torch
 
-from retrieval import pipeline
-from retrieval.pipeline import in_context_ids
+from retrieval import reading
+from retrieval.reading import in_context_ids
 
 from .test_batching import job as paper_job
 
@@ -18,7 +18,7 @@ PROMPT = "The river that flows through the city"
 
 @pytest.fixture(autouse=True)
 def drafts_always_pay(monkeypatch):
-    monkeypatch.setattr(pipeline, "draft_step_cost", lambda model, draft_tokens: 0.0)
+    monkeypatch.setattr(reading, "draft_step_cost", lambda model, draft_tokens: 0.0)
 
 
 def decode_all(engine, requests: list[dict]) -> list:

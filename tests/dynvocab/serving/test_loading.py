@@ -3,11 +3,13 @@
 import copy
 import gc
 
-from dynvocab.serving import ServerConfig, server
+from dynvocab.serving import ServerConfig
+from dynvocab.serving.http import server
 from retrieval import DocumentIndex
+from retrieval.config import PipelineConfig
 from retrieval.loading import document_encoder
 from retrieval.phrase_vectors import build_phrase_vectors
-from retrieval.pipeline import PhrasePipeline, PipelineConfig
+from retrieval.pipeline import PhrasePipeline
 from tests.helpers import count_encoded
 
 from .documents import DOCS

@@ -3,7 +3,7 @@
 import json
 import logging
 
-from dynvocab.serving.logs import JsonFormatter
+from dynvocab.serving.http.logs import JsonFormatter
 
 
 def test_a_request_logs_its_id_and_outcome(make_client, caplog):
@@ -19,10 +19,10 @@ def test_a_request_logs_its_id_and_outcome(make_client, caplog):
 
 
 def test_the_formatter_writes_one_json_object_with_the_extra_fields():
-    record = logging.LogRecord("dynvocab.serving.app", logging.INFO, __file__, 1, "completion %s", ("done",), None)
+    record = logging.LogRecord("dynvocab.serving.http.app", logging.INFO, __file__, 1, "completion %s", ("done",), None)
     record.request_id, record.seconds = "cmpl-1", 0.5
     line = JsonFormatter().format(record)
     assert "\n" not in line
     entry = json.loads(line)
     assert entry["message"] == "completion done" and entry["request_id"] == "cmpl-1" and entry["seconds"] == 0.5
-    assert entry["level"] == "INFO" and entry["logger"] == "dynvocab.serving.app"
+    assert entry["level"] == "INFO" and entry["logger"] == "dynvocab.serving.http.app"

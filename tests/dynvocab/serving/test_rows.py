@@ -2,8 +2,7 @@
 
 import threading
 
-
-from dynvocab.serving.rows import Row
+from dynvocab.serving.engine.rows import Row
 
 #: id -> the text it decodes to (ids >= 100 are phrases); 9 is end-of-text
 PIECES = {1: " the", 2: " cat", 3: " ST", 4: "OP here", 5: " \xe2", 6: "\x82\xac", 100: " on the mat"}

@@ -4,7 +4,7 @@ stops and is seeded as a batched row is."""
 
 import pytest
 
-from retrieval import pipeline
+from retrieval import reading
 
 from .documents import DOCS
 from .test_batching import job
@@ -28,7 +28,7 @@ def decoded(engine, fields: dict) -> tuple:
 @pytest.fixture(autouse=True)
 def drafts_always_pay(monkeypatch):
     """A drafted forward call of the tiny model costs what a one-token call does, whatever this machine's timing."""
-    monkeypatch.setattr(pipeline, "draft_step_cost", lambda model, draft_tokens: 0.0)
+    monkeypatch.setattr(reading, "draft_step_cost", lambda model, draft_tokens: 0.0)
 
 
 @pytest.mark.parametrize("max_phrases", [0, 2048], ids=["drafts-only", "phrases-win"])

@@ -2,12 +2,13 @@
 old ones rotate out, and bad training data is refused instead of looping forever."""
 
 import json
+import shutil
 import signal
 
 import pytest
 
-from dynvocab.assets import wikipedia_leads
-from dynvocab.atomic import MANIFEST
+from dynvocab.data.assets import wikipedia_leads
+from dynvocab.io.atomic import MANIFEST
 from dynvocab.training.config import TrainConfig
 from dynvocab.training.trainer import Trainer
 
@@ -46,7 +47,7 @@ def test_old_checkpoints_rotate_out(root, straight):
     assert checkpoints(root, "straight") == ["checkpoint-4", "checkpoint-6"]  # save_total_limit=2
 
 
-@pytest.mark.parametrize("damage", ["manifest-missing", "state-corrupted"])
+@pytest.mark.parametrize("damage", ["manifest-missing", "state-corrupted", "export-only"])
 def test_resume_skips_a_half_written_newest_checkpoint_and_never_logs_a_step_twice(root, straight, damage):
     name = f"killed-{damage}"
     Trainer(config(root, name)).train()
@@ -54,6 +55,9 @@ def test_resume_skips_a_half_written_newest_checkpoint_and_never_logs_a_step_twi
     if damage == "manifest-missing":  # what a kill while checkpoint-6 is being written leaves: its staging folder
         (newest / MANIFEST).unlink()
         newest.rename(root / name / ".checkpoint-6.dynvocab-staging-killed")
+    elif damage == "export-only":  # killed after the export was written, before the resume state: no state/ (where
+        shutil.rmtree(newest / "state")  # the negatives' state is) and no trainer_state.json; once refused as "an
+        (newest / "trainer_state.json").unlink()  # older trainer's", now the complete checkpoint-4 resumes
     else:
         (newest / "state" / "optimizer.pt").write_bytes(b"\0" * 64)
     (root / name / "final").rename(root / name / "final-old")

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from dynvocab.training import corpus
+from dynvocab.data import sources
 from dynvocab.training.corpus import iter_texts, wikipedia_split
 
 
@@ -83,7 +83,7 @@ def test_datasets_objects_and_folders(tmp_path):
 
 def test_wikipedia_split_is_deterministic_and_disjoint(monkeypatch):
     leads = [{"id": str(i), "title": str(i), "text": f"article {i}"} for i in range(200)]
-    monkeypatch.setattr("dynvocab.assets.wikipedia_leads", lambda: leads)
+    monkeypatch.setattr("dynvocab.data.assets.wikipedia_leads", lambda: leads)
     train, heldout = wikipedia_split(held_out=0.1, seed=3)
     assert len(heldout) == 20 and len(train) == 180
     assert set(train).isdisjoint(heldout) and set(train) | set(heldout) == {lead["text"] for lead in leads}
@@ -93,4 +93,4 @@ def test_wikipedia_split_is_deterministic_and_disjoint(monkeypatch):
     assert train == sorted(train, key=lambda t: int(t.split()[1]))
     with pytest.raises(ValueError, match="held_out"):
         wikipedia_split(held_out=1.0)
-    assert corpus.logger.name == "dynvocab.training.corpus"
+    assert sources.logger.name == "dynvocab.data.sources"

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from dynvocab.assets import wikipedia_leads
 from dynvocab.cli import main
+from dynvocab.data.assets import wikipedia_leads
 from dynvocab.multiword import CONFIG_NAME, WEIGHTS_NAME
 from dynvocab.training.config import TrainConfig
 from dynvocab.training.multiword import MultiWordTrainConfig, train_multiword

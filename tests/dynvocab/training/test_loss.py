@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dynvocab import DynamicVocabLM
-from dynvocab.training.batching import collate
+from dynvocab.training.collate import collate
 from dynvocab.training.loss import (
     LossWeights,
     aligned_kl,

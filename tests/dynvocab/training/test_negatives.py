@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 
+from dynvocab.tokens.ngrams import SuccessorIndex
 from dynvocab.training.negatives import (
     SOURCES,
     NegativeSampler,
@@ -15,7 +16,6 @@ from dynvocab.training.negatives import (
     prefix_negatives,
     self_retrieval_negatives,
 )
-from dynvocab.ngrams import SuccessorIndex
 from dynvocab.training.samples import MixedSample
 
 VOCAB = 64

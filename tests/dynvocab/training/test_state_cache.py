@@ -1,15 +1,15 @@
 import numpy as np
 import pytest
 import torch
-from accelerate import PartialState
 import torch.nn.functional as F
+from accelerate import PartialState
 
 from dynvocab import DynamicVocabLM
-from dynvocab.training.batching import collate
-from dynvocab.training.readback_loss import cached_readback_loss, readback_positions, token_readback_loss
+from dynvocab.training.collate import collate
 from dynvocab.training.loss import encode_phrase_set
+from dynvocab.training.readback_loss import cached_readback_loss, readback_positions, token_readback_loss
 from dynvocab.training.samples import MixedSample
-from dynvocab.training.state_cache import StateCache, StaleCacheError, build_state_cache, cache_key
+from dynvocab.training.state_cache import StaleCacheError, StateCache, build_state_cache, cache_key
 from tests.helpers import tiny_llama
 
 TEXTS = [

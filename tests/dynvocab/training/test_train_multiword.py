@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dynvocab.assets import wikipedia_leads
 from dynvocab.cli import main
+from dynvocab.data.assets import wikipedia_leads
 from dynvocab.multiword import CONFIG_NAME, MultiWordLM
 from dynvocab.training.multiword import MultiWordTrainConfig, train_multiword
 

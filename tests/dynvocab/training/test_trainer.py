@@ -2,7 +2,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dynvocab.assets import wikipedia_leads
+from dynvocab.data.assets import wikipedia_leads
 from dynvocab.training.config import TrainConfig
 from dynvocab.training.trainer import Trainer
 

@@ -4,9 +4,9 @@ import json
 
 import datasets
 import pytest
-from tests.helpers import HashEncoder
 
 from retrieval import DocumentIndex, load_documents
+from tests.helpers import HashEncoder
 
 
 def test_list_of_strings_gets_positional_ids():
@@ -65,9 +65,9 @@ def test_datasets_dataset():
     ("source", "error", "message"),
     [
         ([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}], ValueError, "'a' appears twice"),
-        ([{"body": "x"}], ValueError, "no str field 'text'"),
-        ([3], TypeError, "document 0 is int"),
-        (42, TypeError, "source is int"),
+        ([{"body": "x"}], ValueError, "item 0 has no str field text_field='text'"),
+        ([3], TypeError, "item 0 of source is a int"),
+        (42, TypeError, "source=42 is a int"),
         ("/no/such/file.jsonl", ValueError, "does not exist"),
     ],
 )

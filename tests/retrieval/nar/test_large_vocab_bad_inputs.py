@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from dynvocab import ShortlistConfig, ShortlistHead, ShortlistScorer
-from dynvocab.shortlist import chunked_logsumexp
-from retrieval.nar.trie import BeamResult, DocidTrie, aggregate_documents, beam_search
-from retrieval.nar.recipes import nar_search, read_docids
+from dynvocab.scoring.shortlist_head import chunked_logsumexp
 from retrieval.nar.loss import NarLossWeights, nar_loss
 from retrieval.nar.model import NarConfig, local_or_hub
+from retrieval.nar.recipes import nar_search, read_docids
 from retrieval.nar.training import NarTrainConfig
+from retrieval.nar.trie import BeamResult, DocidTrie, aggregate_documents, beam_search
 from retrieval.nar.vocab import PhraseVocabConfig, PhraseVocabulary, train_baseline
 
 VECTORS = torch.randn(40, 8)

@@ -6,11 +6,11 @@ import shutil
 import pytest
 import torch
 
-from dynvocab.shortlist import ShortlistConfig, ShortlistHead
-from retrieval.nar.trie import DocidTrie, beam_search
+from dynvocab.scoring.shortlist_head import ShortlistConfig, ShortlistHead
 from retrieval.nar.loss import NarLossWeights, nar_loss
 from retrieval.nar.model import NarConfig, NarRetriever
 from retrieval.nar.training import NarTrainConfig, NarTrainer, docid_targets, fit_learned_head
+from retrieval.nar.trie import DocidTrie, beam_search
 from retrieval.nar.vocab import PhraseVocabConfig, PhraseVocabulary
 
 TITLES = ["red river", "blue river", "red mountain", "green valley", "blue lake", "old castle"]

@@ -82,7 +82,7 @@ def test_a_cached_index_built_by_another_encoder_is_rebuilt(tuned_dir, tiny_enco
 
 @pytest.mark.slow
 def test_the_shipped_retriever_loads_on_real_minilm_and_moves_it_a_little():
-    pytest.importorskip("dynvocab.assets").minilm_dir()
+    pytest.importorskip("dynvocab.data.assets").minilm_dir()
     texts = ["A man is eating food.", "A man is eating a meal.", "The stock market fell today."]
     shipped = document_encoder("minilm-wikipedia").encode(texts)
     minilm = document_encoder("minilm").encode(texts)

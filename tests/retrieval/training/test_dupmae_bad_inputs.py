@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
+from dynvocab.hardware.precision import mixed_precision
 from encoders.dupmae import DupMAEConfig, load_masked_lm
 from encoders.hybrid import HybridEncoder, HybridEncoderConfig, HybridVectors
-from evals.retrieval.protocol import RetrievalEvalConfig
-from dynvocab.precision import mixed_precision
+from evals.retrieval.config import RetrievalEvalConfig
+from retrieval.index.hybrid import HybridIndex
 from retrieval.training.finetuning import FinetuneConfig
 from retrieval.training.fusion import choose_sparse_weight
-from retrieval.index.hybrid import HybridIndex
 from retrieval.training.pairs import training_pairs
 from retrieval.training.pretraining import PretrainConfig
 from tests.tiny_mlm import save_tiny_mlm

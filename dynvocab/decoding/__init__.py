@@ -1,0 +1,34 @@
+"""Decoding with phrases: the phrase rules as logits processors, token read-back, one step's sampling, verified and
+grounded decoding with drafts, citations of copied spans, batched generation with character budgets."""
+
+from .agreement import FirstTokenMass, PhraseAgreement, PhraseBias
+from .citations import Citation, cite, cited_share
+from .context_gate import PhraseContextGate, left_contexts
+from .drafting import DocumentDrafter
+from .generation import generate_continuations
+from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
+from .sampling import choose, sampling_warpers
+from .stopping import CharacterBudget
+from .verification import VerifiedOutput, generate_grounded, generate_verified
+
+__all__ = [
+    "CharacterBudget",
+    "Citation",
+    "DocumentDrafter",
+    "FirstTokenMass",
+    "PhraseAgreement",
+    "PhraseBias",
+    "PhraseContextGate",
+    "PhraseMaxUses",
+    "PhraseNoRepeatNGram",
+    "PhraseRepetitionPenalty",
+    "VerifiedOutput",
+    "choose",
+    "cite",
+    "cited_share",
+    "generate_continuations",
+    "generate_grounded",
+    "generate_verified",
+    "left_contexts",
+    "sampling_warpers",
+]

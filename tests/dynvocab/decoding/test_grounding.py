@@ -1,0 +1,237 @@
+"""Grounded decoding: the LM reads the documents and decides; phrases and drafts only propose; copied spans cite."""
+
+import itertools
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import GenerationConfig, LogitsProcessorList
+
+from dynvocab import DynamicVocabLM
+from dynvocab.decoding.citations import cite, cited_share
+from dynvocab.decoding.drafting import DocumentDrafter
+from dynvocab.decoding.repetition import PhraseNoRepeatNGram
+from dynvocab.decoding.verification import accept_relaxed, generate_verified
+from tests.helpers import PhrasesAlwaysWin
+
+DOCUMENT = " The river rises in the northern hills and flows south through the old town to the sea."
+
+
+def _greedy(lm, ids: torch.Tensor, steps: int) -> list[int]:
+    out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps, do_sample=False)
+    return out[0, ids.shape[1] :].tolist()
+
+
+def test_gamma_one_writes_the_lm_text_given_the_documents_in_fewer_steps(base_model, tokenizer):
+    context = tokenizer(DOCUMENT, return_tensors="pt").input_ids
+    prompt = tokenizer(" The city of", return_tensors="pt").input_ids
+    reference = _greedy(base_model, torch.cat([context, prompt], 1), 24 * 7)  # a step may keep up to 7 tokens
+    # a document that holds the LM's own continuation, and one that leads it astray
+    documents = [tokenizer(" zebra crossing").input_ids + reference[4:20], tokenizer(DOCUMENT).input_ids]
+    drafter = DocumentDrafter(documents, draft_tokens=6, min_context=1)
+    out = generate_verified(base_model, prompt, 24, gamma=1.0, context=context, draft=drafter.draft)
+    new = out.sequences[0, prompt.shape[1] :].tolist()
+    assert new == reference[: len(new)] and len(new) >= 24
+    assert out.steps < len(new) and out.copied_tokens >= len(new) - out.steps  # a step writes one own token at most
+
+
+def test_a_prefix_already_in_the_cache_is_not_read_again_and_changes_nothing(llama, tokenizer):
+    from transformers import DynamicCache
+
+    context = tokenizer(DOCUMENT, return_tensors="pt").input_ids
+    prompt = tokenizer(" The river", return_tensors="pt").input_ids
+    whole = generate_verified(llama, prompt, 8, gamma=1.0, context=context).sequences
+    cache = DynamicCache()
+    llama(context[:, :-2], past_key_values=cache, use_cache=True)  # the documents but their last two tokens
+    cached = generate_verified(llama, prompt, 8, gamma=1.0, context=context, past_key_values=cache).sequences
+    assert cached.tolist() == whole.tolist()
+    with pytest.raises(ValueError, match="keep at least its last token out of it"):
+        full = DynamicCache()
+        llama(torch.cat([context, prompt], dim=1), past_key_values=full, use_cache=True)
+        generate_verified(llama, prompt, 8, gamma=1.0, context=context, past_key_values=full)
+
+
+def test_gamma_one_with_phrases_proposing_is_still_the_lm_text(llama, tokenizer):
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.scorer = PhrasesAlwaysWin()  # the phrase head proposes whatever it is given, every step
+    context = tokenizer(DOCUMENT, return_tensors="pt").input_ids
+    prompt = tokenizer(" The city of", return_tensors="pt").input_ids
+    reference = _greedy(llama, torch.cat([context, prompt], 1), 16 * 4)
+    model.set_phrases([tokenizer.decode(reference[:1]) + " zebra crossing", tokenizer.decode(reference[4:8])],
+                      mid_sentence_forms=False)
+    out = generate_verified(model, prompt, 16, gamma=1.0, context=context)
+    table, vocab = model.phrase_table, model.vocab_size
+    spelled = [t for i in out.sequences[0, prompt.shape[1] :].tolist()
+               for t in (table.token_ids[i - vocab] if i >= vocab else (i,))]
+    assert spelled == reference[: len(spelled)] and len(spelled) >= 16
+    assert out.cut >= 1  # the zebra phrase was proposed and cut after its first token
+
+
+def test_the_ngram_guard_judges_the_continuation_not_the_documents(llama, tokenizer):
+    """Under no_repeat_ngram_size the text is the LM's greedy text given the documents, with the guard over the prompt
+    and the continuation only: the documents' wording may be copied, the continuation may not repeat itself."""
+    context = tokenizer(DOCUMENT, return_tensors="pt").input_ids
+    prompt = tokenizer(" The city of", return_tensors="pt").input_ids
+    vocab = llama.config.vocab_size
+    full, visible = torch.cat([context, prompt], 1), prompt
+    for _ in range(16 * 6):  # the reference: greedy, the guard seeing the prompt and what follows
+        scores = LogitsProcessorList([PhraseNoRepeatNGram(2, vocab, [])])(visible, llama(full).logits[:, -1])
+        token = scores.argmax(-1, keepdim=True)
+        full, visible = torch.cat([full, token], 1), torch.cat([visible, token], 1)
+    reference = visible[0, prompt.shape[1] :].tolist()
+    drafter = DocumentDrafter([reference[2:12], context[0].tolist()], draft_tokens=5, min_context=1)
+    guard = LogitsProcessorList([PhraseNoRepeatNGram(2, vocab, [])])
+    out = generate_verified(llama, prompt, 16, gamma=1.0, context=context, logits_processor=guard, draft=drafter.draft)
+    new = out.sequences[0, prompt.shape[1] :].tolist()
+    assert new == reference[: len(new)] and out.steps < len(new)
+    grams = list(zip(prompt[0].tolist() + new, (prompt[0].tolist() + new)[1:]))
+    assert len(grams) == len(set(grams))
+
+
+class TableLM(torch.nn.Module):
+    """A causal LM whose next-token scores depend on the last token only: ``logits[last]``."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.table = logits
+        self.head = torch.nn.Linear(1, logits.shape[1], bias=False)
+        self.generation_config = GenerationConfig(eos_token_id=None)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.head
+
+    def forward(self, ids, past_key_values=None, use_cache=True, logits_to_keep=0):
+        logits = self.table[ids]
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
+
+
+def test_relaxed_rule_keeps_a_token_within_gamma_of_the_best():
+    probs = torch.tensor([0.5, 0.3, 0.2])
+    assert accept_relaxed(probs, 0, 1.0) and not accept_relaxed(probs, 1, 1.0)
+    assert accept_relaxed(probs, 1, 0.5) and not accept_relaxed(probs, 2, 0.5)
+    assert accept_relaxed(probs, 2, 0.4)
+
+
+@pytest.mark.parametrize("gamma, kept", [(1.0, [1, 2]), (0.7, [1, 2]), (0.5, [1, 3, 1, 3, 1]), (0.005, [1, 3, 1, 3, 0, 1])])
+def test_relaxed_verification_keeps_exactly_the_drafted_tokens_the_rule_allows(gamma, kept):
+    # after 0 and 3: 1 is best (p .97), 0 has p .01 (ratio .0103); after 1: 2 is best (p .5), 3 has p .3 (ratio .6)
+    table = torch.log(torch.tensor([
+        [0.01, 0.97, 0.01, 0.01],
+        [0.1, 0.1, 0.5, 0.3],
+        [0.02, 0.02, 0.94, 0.02],
+        [0.01, 0.97, 0.01, 0.01],
+    ]))
+    lm = TableLM(table)
+    drafts = iter([[1, 3, 1, 3, 0]] + [[]] * 10)  # the first step copies 1 3 1 3 0 as far as the LM vouches
+    out = generate_verified(lm, torch.tensor([[0]]), 2, gamma=gamma, draft=lambda text: next(drafts))
+    assert out.sequences[0, 1:].tolist() == kept  # the first step's kept copy, then the LM's own token
+
+
+def test_speculative_sampling_keeps_the_lm_distribution_whatever_is_drafted():
+    torch.manual_seed(0)
+    table = torch.log_softmax(torch.randn(4, 4) * 1.5, dim=-1)
+    lm = TableLM(table)
+    probs = table.exp()
+    exact = {(a, b): float(probs[0, a] * probs[a, b]) for a, b in itertools.product(range(4), repeat=2)}
+    counts = dict.fromkeys(exact, 0)
+    draws = 3000
+    for _ in range(draws):  # every step proposes 3 3 3: accepted or not, the two tokens keep the LM's law
+        out = generate_verified(lm, torch.tensor([[0]]), 2, gamma=0.5, do_sample=True, draft=lambda text: [3, 3, 3])
+        a, b = out.sequences[0, 1:3].tolist()
+        counts[(a, b)] += 1
+    distance = 0.5 * sum(abs(counts[k] / draws - exact[k]) for k in exact)
+    assert distance < 0.04, (distance, counts, exact)
+
+
+def test_nucleus_sampling_with_drafts_keeps_the_lm_nucleus_distribution():
+    """top_p = 0.7: each step's law is the LM's, cut to its nucleus and renormalised, whatever the drafts propose
+    (3 lies outside the nucleus after 0, so a draft of it is always refused there)."""
+    table = torch.log(torch.tensor([[0.45, 0.3, 0.15, 0.1], [0.1, 0.2, 0.3, 0.4], [0.25] * 4, [0.5, 0.3, 0.1, 0.1]]))
+    lm = TableLM(table)
+
+    def nucleus(row: torch.Tensor) -> torch.Tensor:
+        order = row.argsort(descending=True)
+        keep = row[order].cumsum(0) - row[order] < 0.7  # the smallest set whose mass reaches top_p
+        law = torch.zeros_like(row)
+        law[order[keep]] = row[order[keep]]
+        return law / law.sum()
+
+    laws = torch.stack([nucleus(row) for row in table.exp()])
+    exact = {(a, b): float(laws[0, a] * laws[a, b]) for a, b in itertools.product(range(4), repeat=2)}
+    counts = dict.fromkeys(exact, 0)
+    torch.manual_seed(2)
+    draws = 3000
+    for _ in range(draws):
+        out = generate_verified(lm, torch.tensor([[0]]), 2, gamma=0.5, do_sample=True, top_p=0.7,
+                                draft=lambda text: [3, 1, 3])
+        counts[tuple(out.sequences[0, 1:3].tolist())] += 1
+    assert all(counts[(a, b)] == 0 for (a, b), p in exact.items() if p == 0)  # never outside the nucleus
+    distance = 0.5 * sum(abs(counts[k] / draws - exact[k]) for k in exact)
+    assert distance < 0.04, (distance, counts, exact)
+
+
+def test_speculative_sampling_refuses_what_a_greedy_copy_would_keep():
+    """The same drafts kept without the test would skew the law: token 3 after 0 has p .1, not the 1 it would get."""
+    table = torch.log(torch.tensor([[0.3, 0.3, 0.3, 0.1]] * 4))
+    lm = TableLM(table)
+    torch.manual_seed(1)
+    seconds = [generate_verified(lm, torch.tensor([[0]]), 2, gamma=1.0, do_sample=True,
+                                 draft=lambda text: [3, 3]).sequences[0, 2].item() for _ in range(1000)]
+    assert 0.06 < seconds.count(3) / 1000 < 0.14
+
+
+def test_cited_spans_stand_at_their_offsets_in_their_documents(tokenizer):
+    documents = ["Mountains rise above the valley floor.", DOCUMENT.strip()]
+    continuation = " Then it flows south through the old town to the harbour, and the valley floor is green."
+    ids = tokenizer(continuation).input_ids
+    citations = cite(ids, documents, tokenizer, min_tokens=4)
+    text = tokenizer.decode(ids)
+    assert [c.text for c in citations] == ["flows south through the old town to the", "the valley floor"][:len(citations)]
+    assert citations[0].document == 1
+    for c in citations:
+        assert text[c.start : c.end] == c.text
+        assert documents[c.document][c.document_start : c.document_start + len(c.text)] == c.text
+    assert 0.3 < cited_share(citations, text) < 0.8
+    assert cite(ids, documents, tokenizer, min_tokens=12) == []
+    with pytest.raises(ValueError, match="min_tokens"):
+        cite(ids, documents, tokenizer, min_tokens=0)
+
+
+def test_grounded_decoding_refuses_a_bad_gamma_or_context(llama, tokenizer):
+    prompt = tokenizer(" The city of", return_tensors="pt").input_ids
+    with pytest.raises(ValueError, match="gamma"):
+        generate_verified(llama, prompt, 2, gamma=1.5)
+    with pytest.raises(ValueError, match="context must be"):
+        generate_verified(llama, prompt, 2, gamma=1.0, context=prompt[0])
+    with pytest.raises(ValueError, match="no phrase table"):
+        generate_verified(llama, prompt, 2)
+
+
+def test_a_draft_is_relaxed_only_where_relax_allows_it():
+    table = torch.log(torch.tensor([
+        [0.01, 0.97, 0.01, 0.01],
+        [0.1, 0.1, 0.5, 0.3],
+        [0.02, 0.02, 0.94, 0.02],
+        [0.01, 0.97, 0.01, 0.01],
+    ]))
+    for relax, kept in ((lambda text: False, [1, 2]), (lambda text: True, [1, 3, 1, 3, 1])):
+        drafts = iter([[1, 3, 1, 3, 0]] + [[]] * 10)
+        out = generate_verified(TableLM(table), torch.tensor([[0]]), 2, gamma=0.5, draft=lambda text: next(drafts),
+                                relax=relax)
+        assert out.sequences[0, 1:].tolist() == kept
+
+
+def test_the_drafter_tells_how_long_a_verbatim_run_its_draft_continues():
+    document = [5, 6, 7, 8, 9, 10, 11]
+    drafter = DocumentDrafter([document], draft_tokens=2, min_context=2)
+    assert drafter.draft([1, 2, 7, 8]) == [9, 10] and drafter.anchored([1, 2, 7, 8]) == 2
+    assert drafter.draft([1, 2, 7, 8, 9, 10]) == [11] and drafter.anchored([1, 2, 7, 8, 9, 10]) == 4
+    copied = DocumentDrafter([document], draft_tokens=2, min_context=2)
+    assert copied.draft([5, 6, 7]) == [8, 9] and copied.anchored([5, 6, 7]) == 3
+    assert copied.draft([5, 6, 7, 3]) == [] and copied.anchored([5, 6, 7, 3]) == 0  # nothing drafted
+    own = DocumentDrafter([], draft_tokens=2, min_context=2)
+    assert own.draft([1, 2, 3, 1, 2]) == [3, 1] and own.anchored([1, 2, 3, 1, 2]) == 0  # a draft from the text itself
