@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 
 #: where a trainer export keeps the LM's LoRA adapter (``mode="lora"``) or its weights (``mode="full"``)
 LM_ADAPTER, LM_WEIGHTS = "lm_adapter", "lm_weights"
+#: what marks a folder as a peft adapter rather than a model
+ADAPTER_CONFIG = "adapter_config.json"
 
 #: trained checkpoints that ship inside the package (wheel package data), so the demo starts at once
 SHIPPED_CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
@@ -32,14 +34,27 @@ SHIPPED_MWT = SHIPPED_CHECKPOINTS / "smollm2-wikipedia-mwt"
 
 
 def load_lm(name: str) -> tuple[torch.nn.Module, object]:
-    """The causal LM (float32, eval mode) and its tokenizer, by Hub name, path or offline alias.
+    """The causal LM (float32, eval mode) and its tokenizer, by Hub name, path or offline alias; a folder holding a
+    peft LoRA adapter (``dynvocab finetune-lm`` writes one) is its base LM with the adapter folded in.
 
     Its linear layers run on prepacked weights at CPU inference (:mod:`dynvocab.hardware.packed_linear`); training and
     GPUs take torch's own path.
     """
     path = resolve_model(name)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    adapter = Path(path) / ADAPTER_CONFIG
+    if adapter.is_file():
+        from peft import PeftModel
+
+        base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path")
+        if not base:
+            raise ValueError(f"{adapter} names no base_model_name_or_path: the adapter cannot say which LM it adapts; "
+                             "set it to the LM's Hub name, path or offline alias")
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(base))
+        lm = AutoModelForCausalLM.from_pretrained(resolve_model(base), dtype=torch.float32)
+        lm = PeftModel.from_pretrained(lm, path).merge_and_unload().eval()
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     pack_linear_layers(lm)
     return lm, tokenizer
 

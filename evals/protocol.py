@@ -214,31 +214,47 @@ class Generators:
                     f"system {spec.name!r}: no phrase-encoder checkpoint at {self.checkpoint(spec)}; pass a folder "
                     "`dynvocab train` wrote (--checkpoint DIR, or :checkpoint=DIR for one system)"
                 )
+        for spec in map(parse_system, config.system_names):
+            if spec.get("lm", None) and not Path(spec.get("lm", None)).is_dir():
+                raise FileNotFoundError(f"system {spec.name!r}: no LM at {spec.get('lm', None)}; pass a folder "
+                                        "`dynvocab finetune-lm` (final/) or save_pretrained wrote")
         self.lm, self.tokenizer = load_lm(config.model)
-        self._index = self._untrained = self._mwt = None
-        self._trained = {}
+        self._index = self._mwt = None
+        self._trained, self._lms, self._untrained = {}, {}, {}
 
     def trained(self, spec: SystemSpec):
-        """The dynamic model of the system's phrase-encoder checkpoint, loaded once per checkpoint."""
-        path = str(self.checkpoint(spec))
-        if path not in self._trained:
+        """The dynamic model of the system's phrase-encoder checkpoint on its LM, loaded once per pair."""
+        key = (str(self.checkpoint(spec)), spec.get("lm", None) or self.config.model)
+        if key not in self._trained:
             from dynvocab.loading import load_dynamic_lm
 
-            self._trained[path] = load_dynamic_lm(self.config.model, path)
-        return self._trained[path]
+            self._trained[key] = load_dynamic_lm(key[1], key[0])
+        return self._trained[key]
+
+    def lm_for(self, spec: SystemSpec):
+        """The system's LM: ``:lm=DIR`` (loaded once per folder), else the protocol's."""
+        path = spec.get("lm", None)
+        if path is None:
+            return self.lm
+        if path not in self._lms:
+            from dynvocab.loading import load_lm
+
+            self._lms[path] = load_lm(path)[0]
+        return self._lms[path]
 
     def checkpoint(self, spec: SystemSpec) -> Path:
         """The system's ``:checkpoint=``, else ``--checkpoint``, else the shipped encoder."""
 
         return Path(spec.get("checkpoint", None) or self.config.checkpoint or SHIPPED_ENCODER)
 
-    @property
-    def untrained(self):
-        if self._untrained is None:
+    def untrained(self, spec: SystemSpec):
+        """The system's LM with an untrained phrase encoder (once per LM)."""
+        key = spec.get("lm", None)
+        if key not in self._untrained:
             from dynvocab import DynamicVocabLM
 
-            self._untrained = DynamicVocabLM.from_causal_lm(self.lm, self.tokenizer).eval()
-        return self._untrained
+            self._untrained[key] = DynamicVocabLM.from_causal_lm(self.lm_for(spec), self.tokenizer).eval()
+        return self._untrained[key]
 
     @property
     def mwt(self):
@@ -290,6 +306,8 @@ class Generators:
                 every[spec.base] = {"checkpoint": _shown(checkpoint), **found, **budget,
                                     "training": _training_summary(json.loads(train.read_text())) if train.exists() else None}
             settings = every[spec.base] | {"what": BASES[spec.base]}
+            if spec.get("lm", None):
+                settings["model"] = spec.get("lm", None)
             if spec.base.startswith("dynamic"):
                 settings |= self._pipeline_config(spec).__dict__ | {"readback": spec.get("readback", c.readback),
                                                                     "encode_dtype": spec.get("encode", c.encode_dtype)}
@@ -341,6 +359,7 @@ class Generators:
         timer = StageTimer()
         prompts = [item["prompt"] for item in items]
         found = [[] for _ in items]
+        lm = self.lm_for(spec)
         kwargs = {"max_new_tokens": 2 * self.config.continuation_tokens, "decode": self.tokenizer.decode, **self.sampling(spec)}
         if spec.base.startswith("bare-rag"):
             with timer.stage("retrieve"):
@@ -351,7 +370,7 @@ class Generators:
             """``kwargs`` with a fresh n-gram guard over what one ``generate`` call writes: the continuation, never
             the documents it reads (a guard keeps the width of the first call it sees)."""
             return kwargs | ({"logits_processor": LogitsProcessorList(
-                [PhraseNoRepeatNGram(guard, self.lm.config.vocab_size, [], "new")])} if guard else {})
+                [PhraseNoRepeatNGram(guard, lm.config.vocab_size, [], "new")])} if guard else {})
 
         budgets = [len(item["reference"]) for item in items]
         with timer.stage("decode"):
@@ -360,10 +379,10 @@ class Generators:
                        for documents, prompt in zip(found, prompts)]
             if spec.base == "bare-rag-lookup":  # transformers' prompt lookup decodes one prompt at a time
                 kwargs["prompt_lookup_num_tokens"] = spec.get("lookup", self.config.lookup_tokens)
-                new = [generate_continuations(self.lm, [ids], pad_id(self.tokenizer), max_chars=[budget], **guarded())[0]
+                new = [generate_continuations(lm, [ids], pad_id(self.tokenizer), max_chars=[budget], **guarded())[0]
                        for ids, budget in zip(encoded, budgets)]
             else:
-                new = generate_continuations(self.lm, encoded, pad_id(self.tokenizer), max_chars=budgets, **guarded())
+                new = generate_continuations(lm, encoded, pad_id(self.tokenizer), max_chars=budgets, **guarded())
         texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in new]
         latency = {stage: seconds / len(items) for stage, seconds in timer.totals().items()}
         latency = dict.fromkeys(STAGES, 0.0) | latency
@@ -449,7 +468,7 @@ class Generators:
         """Grounded decoding through the pipeline, one prompt at a time; cited and copied shares from its result."""
         from retrieval.pipeline import PhrasePipeline
 
-        model = self.trained(spec) if spec.base == "grounded" else self.untrained
+        model = self.trained(spec) if spec.base == "grounded" else self.untrained(spec)
         model.set_phrases([])
         model.dynvocab_config.readback = spec.get("readback", self.config.readback)
         pipeline = PhrasePipeline(model, self.index, self._grounded_config(spec))
@@ -461,7 +480,7 @@ class Generators:
     def _dynamic(self, spec: SystemSpec, items: list[dict]) -> list[dict]:
         from retrieval.pipeline import PhrasePipeline
 
-        model = self.untrained if spec.base == "dynamic-untrained" else self.trained(spec)
+        model = self.untrained(spec) if spec.base == "dynamic-untrained" else self.trained(spec)
         model.set_phrases([])  # every request encodes its phrases from scratch: no cache from earlier prompts
         model.dynvocab_config.readback = spec.get("readback", self.config.readback)
         model.dynvocab_config.encode_dtype = spec.get("encode", self.config.encode_dtype)

@@ -3,7 +3,9 @@
 A system is written ``base[@N][:key=value]...``: ``dynamic@256:readback=vector`` is the
 trained dynamic model with at most 256 phrases per prompt, reading phrases back by
 their encoder vectors. A setting left out takes the protocol's default, so
-``dynamic`` alone is the library's shipped configuration.
+``dynamic`` alone is the library's shipped configuration. ``:lm=DIR`` runs a system on
+another LM with the same tokenizer, e.g. the adapter ``dynvocab finetune-lm`` wrote
+(``bare:lm=runs/lm-licensedb/final``: the LM fine-tuned on the domain).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ READING = ("bare-rag", "bare-rag-lookup", *GROUNDED)
 #: bases that run a trained checkpoint (a LoRA or fully fine-tuned one brings its own LM)
 TRAINED = ("dynamic", "dynamic-no-phrases", "grounded")
 _ALL = tuple(BASES)
+#: bases whose LM ``:lm=DIR`` replaces (the MWT baseline brings its own)
+_LM = tuple(base for base in BASES if base != "mwt")
 OPTIONS = {
     "readback": (str, ("tokens", "vector"), _DYNAMIC),
     "encode": (str, ENCODE_DTYPES, _DYNAMIC),
@@ -52,6 +56,7 @@ OPTIONS = {
     "draft_cost": (float, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
     "checkpoint": (str, None, TRAINED),
+    "lm": (str, None, _LM),
     "no_repeat": (int, None, _ALL),
     "penalty": (float, None, _ALL),
     "docs": (int, None, READING),
@@ -111,4 +116,4 @@ def matched_bare(system: str, systems: list[str], no_repeat: int = 0, penalty: f
 
     wanted = guards(system)
     return next((name for name in systems if parse_system(name).base == "bare" and name != system
-                 and guards(name) == wanted), None)
+                 and "lm" not in parse_system(name).options and guards(name) == wanted), None)

@@ -32,7 +32,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_cache_states(args: argparse.Namespace) -> None:
     from ..training.config import TrainConfig
-    from ..training.trainer import build_model, open_state_cache, training_texts
+    from ..training.corpus import training_texts
+    from ..training.trainer import build_model, open_state_cache
 
     config = TrainConfig(model=args.model, data=args.data, text_field=args.text_field, held_out=args.held_out,
                          max_length=args.max_length, mode="frozen", readback="tokens")
@@ -48,6 +49,16 @@ def cmd_train_mwt(args: argparse.Namespace) -> None:
     config = dataclass_from_args(MultiWordTrainConfig, args)
     _, log = train_multiword(config, resume=args.resume)
     print(json.dumps({"output_dir": config.output_dir, "model": str(Path(config.output_dir) / "final"), **log[-1]}))
+
+
+def cmd_finetune_lm(args: argparse.Namespace) -> None:
+    from ..training.lm_finetune import LMFinetuneConfig, finetune_lm
+
+    config = dataclass_from_args(LMFinetuneConfig, args)
+    log = finetune_lm(config, resume=args.resume)
+    curve = [r for r in log if "heldout_loss" in r]
+    print(json.dumps({"output_dir": config.output_dir, "adapter": str(Path(config.output_dir) / "final"), **log[-1],
+                      **({"heldout_loss": curve[-1]["heldout_loss"]} if curve else {})}))
 
 
 def cmd_index(args: argparse.Namespace) -> None:
@@ -422,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..serving.config import ServerConfig
     from ..training.config import TrainConfig
+    from ..training.lm_finetune import LMFinetuneConfig
     from ..training.multiword import MultiWordTrainConfig
 
     # one --flag (and --flag_name alias) per config field, typed from its annotation (transformers.HfArgumentParser)
@@ -453,6 +465,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train_mwt.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     train_mwt.set_defaults(func=cmd_train_mwt)
+
+    finetune_lm = commands.add_parser(
+        "finetune-lm", dataclass_types=LMFinetuneConfig,
+        help="fine-tune the LM itself on a domain with LoRA: the baseline of the domain table (accelerate launch works too)",
+    )
+    finetune_lm.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    finetune_lm.set_defaults(func=cmd_finetune_lm)
 
     index = commands.add_parser("index", help="encode documents and build a FAISS index")
     index.add_argument("--data", default="wikipedia", help="documents: JSONL/text file, datasets name, or an embedded corpus's "

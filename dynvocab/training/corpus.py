@@ -1,15 +1,18 @@
-"""Training texts one at a time, from any source ``dynvocab.data.sources`` reads (``iter_texts``), and the offline
-Wikipedia stand-in split into train and held-out (``wikipedia_split``)."""
+"""Training texts: one at a time from any source ``dynvocab.data.sources`` reads (``iter_texts``), the offline
+Wikipedia stand-in split into train and held-out (``wikipedia_split``), a config's training part and its epochs
+(``training_texts``, ``epoch_texts``), and endless batches of their ids (``batches``): what every trainer reads."""
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Iterable, Iterator
+import random
+from collections.abc import Callable, Iterable, Iterator
 
-from ..data.corpora import WIKIPEDIA_HELD_OUT, split_documents
+from ..data.corpora import CORPORA, WIKIPEDIA_HELD_OUT, corpus_split, split_documents
 from ..data.sources import iter_records
 
-__all__ = ["iter_texts", "wikipedia_split"]
+__all__ = ["batches", "epoch_texts", "iter_texts", "training_texts", "wikipedia_split"]
 
 
 def iter_texts(
@@ -44,3 +47,51 @@ def wikipedia_split(held_out: float = WIKIPEDIA_HELD_OUT, seed: int = 0) -> tupl
 
     train, heldout = split_documents(wikipedia_leads(), held_out, seed)
     return [d["text"] for d in train], [d["text"] for d in heldout]
+
+
+def training_texts(config) -> list[str] | Iterator[str]:
+    """The training part of ``config.data`` (any trainer's config: ``data``, ``held_out``, ``text_field``); the offline Wikipedia split does not depend on ``config.seed``,
+    so the held-out documents that ``dynvocab eval`` uses are never trained on."""
+    if config.data == "wikipedia":
+        return wikipedia_split(held_out=config.held_out)[0]
+    if config.data in CORPORA:  # the other embedded corpora: their indexed part, the split eval holds out from
+        return [document["text"] for document in corpus_split(config.data)[0]]
+    return iter_texts(config.data, text_field=config.text_field)
+
+
+def epoch_texts(config, epoch: int) -> list[str] | Iterator[str]:
+    """One epoch of training texts: an in-memory corpus reshuffled with ``config.seed + epoch``; a file or dataset streams in order."""
+    texts = training_texts(config)
+    if isinstance(texts, list):
+        texts = random.Random(config.seed + epoch).sample(texts, len(texts))
+    return texts
+
+
+def batches(
+    config, encode: Callable[[str], list[int]], shard: int = 0, num_shards: int = 1, whole: bool = False
+) -> Iterator[list[list[int]]]:
+    """Endless batches of id sequences, ``encode`` of each training text of ``config`` (its ``data``, ``seed``,
+    ``max_length`` and ``batch_size``), one epoch after another (see ``epoch_texts``): each text's first
+    ``max_length`` ids, or with ``whole`` every ``max_length`` window of them.
+
+    Shard ``shard`` of ``num_shards`` gets the ``shard``-th ``batch_size`` of each global batch of
+    ``batch_size * num_shards`` sequences (as ``sample_stream`` does for the phrase encoder).
+    """
+
+    def sequences() -> Iterator[list[int]]:
+        for epoch in itertools.count():
+            found = False
+            for text in epoch_texts(config, epoch):
+                ids = encode(text)
+                for start in range(0, len(ids) if whole else 1, config.max_length):
+                    window = ids[start : start + config.max_length]
+                    if len(window) >= 2:
+                        found = True
+                        yield window
+            if not found:
+                raise ValueError(f"data={config.data!r} has no text of 2 or more tokens; pass a corpus with text in it")
+
+    stream = sequences()
+    while True:
+        batch = [next(stream) for _ in range(config.batch_size * num_shards)]
+        yield batch[shard * config.batch_size : (shard + 1) * config.batch_size]

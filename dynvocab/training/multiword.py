@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -20,9 +19,9 @@ from ..data.corpora import WIKIPEDIA_HELD_OUT
 from ..multiword import MultiWordLM, MultiWordVocab
 from ..tokens.padding import pad_id, pad_sequences
 from .loop import LOG_FILE, LoopSettings, TrainingLoop, check_loop_settings, loop_field
-from .trainer import epoch_texts, training_texts
+from .corpus import batches, training_texts
 
-__all__ = ["MultiWordTrainConfig", "MultiWordTrainer", "batches", "train_multiword"]
+__all__ = ["MultiWordTrainConfig", "MultiWordTrainer", "train_multiword"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,32 +56,6 @@ class MultiWordTrainConfig(LoopSettings, JsonConfig):
             raise ValueError(f"held_out={self.held_out} must be a fraction in (0, 1)")
 
 
-def batches(
-    config: MultiWordTrainConfig, vocab: MultiWordVocab, shard: int = 0, num_shards: int = 1
-) -> Iterator[list[list[int]]]:
-    """Endless batches of merged id sequences, one epoch after another (see ``epoch_texts``).
-
-    Shard ``shard`` of ``num_shards`` gets the ``shard``-th ``batch_size`` of each global batch of
-    ``batch_size * num_shards`` sequences (as ``sample_stream`` does for the phrase encoder).
-    """
-
-    def sequences() -> Iterator[list[int]]:
-        for epoch in itertools.count():
-            found = False
-            for text in epoch_texts(config, epoch):
-                ids = vocab.encode(text)[: config.max_length]
-                if len(ids) >= 2:
-                    found = True
-                    yield ids
-            if not found:
-                raise ValueError(f"data={config.data!r} has no text of 2 or more tokens; pass a corpus with text in it")
-
-    stream = sequences()
-    while True:
-        batch = [next(stream) for _ in range(config.batch_size * num_shards)]
-        yield batch[shard * config.batch_size : (shard + 1) * config.batch_size]
-
-
 class MultiWordTrainer(TrainingLoop):
     """Mines the n-grams, grows the LM and trains only the new rows (the LM stays frozen), on the library's one loop."""
 
@@ -109,7 +82,7 @@ class MultiWordTrainer(TrainingLoop):
             matrix.register_hook(lambda grad: grad * new_rows.to(grad))  # only the n-gram rows learn
         super().__init__(lm, config, config.output_dir, [{"params": matrices}])
         self.pad = pad_id(tokenizer)
-        self.stream = batches(config, self.vocab, self.accelerator.process_index, self.accelerator.num_processes)
+        self.stream = batches(config, self.vocab.encode, self.accelerator.process_index, self.accelerator.num_processes)
 
     def after_resume(self) -> None:
         for _ in range(self.step):  # the stream is a function of the config: skip ahead

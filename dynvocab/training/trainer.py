@@ -25,7 +25,6 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..data.assets import resolve_model
-from ..data.corpora import CORPORA, corpus_split
 from ..hardware.precision import cpu_processes, mixed_precision
 from ..loading import LM_ADAPTER, LM_WEIGHTS
 from ..model import DynamicVocabLM
@@ -34,7 +33,7 @@ from ..tokens.ngrams import SuccessorIndex, mine_ngrams
 from .cached_samples import cached_sample_stream, chunk_sample, split_chunks
 from .collate import MixedBatch, collate
 from .config import TrainConfig
-from .corpus import iter_texts, wikipedia_split
+from .corpus import epoch_texts, training_texts
 from .loop import TrainingLoop
 from .loss import LossWeights, dynamic_vocab_loss, term_counts, weighted_total
 from .negatives import NegativeSampler
@@ -47,12 +46,10 @@ __all__ = [
     "TrainingModule",
     "build_model",
     "cpu_processes",
-    "epoch_texts",
     "make_sampler",
     "mixed_precision",
     "open_state_cache",
     "sample_stream",
-    "training_texts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -110,24 +107,6 @@ def build_model(config: TrainConfig) -> DynamicVocabLM:
     if config.mode != "full":
         model.phrase_encoder.body.get_input_embeddings().requires_grad_(False)
     return model
-
-
-def training_texts(config: TrainConfig) -> list[str] | Iterator[str]:
-    """The training part of ``config.data``; the offline Wikipedia split does not depend on ``config.seed``,
-    so the held-out documents that ``dynvocab eval`` uses are never trained on."""
-    if config.data == "wikipedia":
-        return wikipedia_split(held_out=config.held_out)[0]
-    if config.data in CORPORA:  # the other embedded corpora: their indexed part, the split eval holds out from
-        return [document["text"] for document in corpus_split(config.data)[0]]
-    return iter_texts(config.data, text_field=config.text_field)
-
-
-def epoch_texts(config: TrainConfig, epoch: int) -> list[str] | Iterator[str]:
-    """One epoch of training texts: an in-memory corpus reshuffled with ``config.seed + epoch``; a file or dataset streams in order."""
-    texts = training_texts(config)
-    if isinstance(texts, list):
-        texts = random.Random(config.seed + epoch).sample(texts, len(texts))
-    return texts
 
 
 def sample_stream(

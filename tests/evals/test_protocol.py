@@ -217,6 +217,32 @@ def test_the_bounds_line_leaves_out_human_text_a_corpus_could_not_give():
     assert bounds_line({}) == ""
 
 
+def test_a_system_may_run_on_its_own_lm_such_as_the_lm_fine_tuned_on_the_domain(workspace):
+    from dynvocab.training.lm_finetune import LMFinetuneConfig, finetune_lm
+    from evals.protocol import EvalConfig, Generators
+    from evals.systems import matched_bare, parse_system
+
+    tuned = workspace / "lm-tuned"
+    if not (tuned / "final").exists():
+        finetune_lm(LMFinetuneConfig(model=str(workspace / "lm"), data="licenses", output_dir=str(tuned), max_steps=2,
+                                     batch_size=2, max_length=16, warmup_steps=0, learning_rate=5e-2, eval_every=0,
+                                     lora_r=2, lora_alpha=4, lora_dropout=0.0))
+    base = dict(model=str(workspace / "lm"), checkpoint=str(workspace / "encoder-ckpt"), index=str(workspace / "index"),
+                encoder=str(workspace / "doc-encoder"), output_dir=str(workspace / "out-lm"), num_prompts=2)
+    own = f"bare:lm={tuned / 'final'}"
+    generators = Generators(EvalConfig(systems=f"bare,{own},dynamic:lm={tuned / 'final'}", **base))
+    items = [{"id": "p0", "prompt": "The licence grants", "reference": "x" * 40}]
+    assert generators.lm_for(parse_system(own)) is not generators.lm
+    assert generators(own, items)[0]["text"] != generators("bare", items)[0]["text"]  # the tuned LM writes its own
+    assert generators.trained(parse_system(f"dynamic:lm={tuned / 'final'}")).lm is not generators.trained(parse_system("dynamic")).lm
+    assert generators.settings()[own]["model"] == str(tuned / "final")
+    assert matched_bare("dynamic", ["bare", own]) == "bare"  # a system is judged against the bare LM, not the tuned one
+    with pytest.raises(FileNotFoundError, match="no LM at .*missing"):
+        Generators(EvalConfig(systems=f"bare:lm={workspace / 'missing'}", **base))
+    with pytest.raises(ValueError, match="lm applies to"):
+        parse_system("mwt:lm=x")
+
+
 def test_a_system_is_matched_with_the_bare_lm_of_its_safeguards():
     from evals.systems import matched_bare
 

@@ -134,7 +134,7 @@ def test_two_processes_write_the_state_cache_one_process_writes(setup):
     from transformers import AutoModelForCausalLM
 
     from dynvocab.training.state_cache import build_state_cache
-    from dynvocab.training.trainer import training_texts
+    from dynvocab.training.corpus import training_texts
 
     launch_two_processes(setup, "cache-two", "--shard-chunks", "16", command="cache-states", settings={"max_length": 32})
     lm = AutoModelForCausalLM.from_pretrained(setup / "lm", dtype=torch.float32)
