@@ -49,8 +49,9 @@ def load_lm(name: str) -> tuple[torch.nn.Module, object]:
         if not base:
             raise ValueError(f"{adapter} names no base_model_name_or_path: the adapter cannot say which LM it adapts; "
                              "set it to the LM's Hub name, path or offline alias")
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(base))
-        lm = AutoModelForCausalLM.from_pretrained(resolve_model(base), dtype=torch.float32)
+        base = resolve_model(base)
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        lm = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
         lm = PeftModel.from_pretrained(lm, path).merge_and_unload().eval()
     else:
         tokenizer = AutoTokenizer.from_pretrained(path)

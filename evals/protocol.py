@@ -214,7 +214,6 @@ class Generators:
                     f"system {spec.name!r}: no phrase-encoder checkpoint at {self.checkpoint(spec)}; pass a folder "
                     "`dynvocab train` wrote (--checkpoint DIR, or :checkpoint=DIR for one system)"
                 )
-        for spec in map(parse_system, config.system_names):
             if spec.get("lm", None) and not Path(spec.get("lm", None)).is_dir():
                 raise FileNotFoundError(f"system {spec.name!r}: no LM at {spec.get('lm', None)}; pass a folder "
                                         "`dynvocab finetune-lm` (final/) or save_pretrained wrote")

@@ -67,7 +67,7 @@ def _path_or_hub(source, text_field, streaming, split, name, paragraphs) -> Iter
         if path.suffix.lower() in _JSONL_SUFFIXES:
             return (Record(value, f"{path}:{number}")
                     for number, value in iter_jsonl(path, fix="write one JSON object (or string) a line"))
-        return (Record(text, f"{path}:{number}") for number, text in enumerate(_text_file(path, paragraphs), 1))
+        return (Record(text, f"{path}, text {number}") for number, text in enumerate(_text_file(path, paragraphs), 1))
     if path.is_dir():
         if (path / "state.json").exists() or (path / "dataset_dict.json").exists():
             import datasets

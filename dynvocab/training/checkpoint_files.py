@@ -26,6 +26,8 @@ __all__ = [
     "CHECKPOINT_PATTERN",
     "STATE_DIR",
     "TRAINER_STATE",
+    "checkpoint_folders",
+    "checkpoint_step",
     "complete_checkpoints",
     "load_optimizer",
     "load_rank_state",
@@ -122,6 +124,17 @@ def load_optimizer(directory: Path, optimizer, scheduler) -> None:
     optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=True))
     state = json.loads((folder / "scheduler.json").read_text(encoding="utf-8"))
     scheduler.load_state_dict(state | {"lr_lambdas": [None] * len(scheduler.lr_lambdas)})
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """N of a ``checkpoint-N`` folder; None for anything else (a staging folder included)."""
+    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    return int(match.group(1)) if match and path.is_dir() else None
+
+
+def checkpoint_folders(output_dir: Path) -> list[Path]:
+    """Every ``checkpoint-N`` folder, complete or not, oldest first."""
+    return sorted((p for p in output_dir.glob("checkpoint-*") if checkpoint_step(p) is not None), key=checkpoint_step)
 
 
 def complete_checkpoints(output_dir: Path) -> list[Path]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..config import READBACKS, JsonConfig, check_at_least, check_field_types
-from ..data.corpora import WIKIPEDIA_HELD_OUT
+from .corpus import CorpusSettings, check_corpus_settings
 from .loop import LoopSettings, check_loop_settings, loop_field
 from .negatives import SOURCES
 
@@ -21,16 +21,11 @@ MODES = ("full", "lora", "frozen")
 
 
 @dataclass
-class TrainConfig(LoopSettings, JsonConfig):
+class TrainConfig(LoopSettings, CorpusSettings, JsonConfig):
     """Settings of ``dynvocab train``; defaults follow the paper where it gives one (the loop's own: ``LoopSettings``)."""
 
     model: str = field(default="smollm2", metadata={"help": "Hub name or path of the causal LM; 'smollm2' is the offline asset."})
-    data: str = field(default="wikipedia", metadata={"help": "Text/JSONL file, datasets name or dir, or an embedded "
-                                                             "corpus (its indexed part): 'wikipedia', 'licenses', "
-                                                             "'licensedb', 'licensedb-families'."})
     output_dir: str = field(default="runs/dynvocab", metadata={"help": "Checkpoints and logs go here."})
-    text_field: str = field(default="text", metadata={"help": "Field holding the text in JSONL files and datasets."})
-    held_out: float = field(default=WIKIPEDIA_HELD_OUT, metadata={"help": "Share of the offline Wikipedia leads held out from training."})
     phrases: str = field(default="n-words", metadata={"help": f"Phrase source of the samples: one of {PHRASE_SOURCES}."})
     negatives: str = field(
         default="in-batch,pre-batch,prefix,self-retrieval", metadata={"help": f"Comma-separated negatives from {SOURCES}."}
@@ -108,6 +103,7 @@ class TrainConfig(LoopSettings, JsonConfig):
         if unknown:
             raise ValueError(f"negatives={self.negatives!r} has unknown names {unknown}; choose from {list(SOURCES)}")
         check_loop_settings(self)
+        check_corpus_settings(self)
         check_at_least(self, 1, ("max_length", "batch_size", "encoder_layers", "validation_chunks"))
         check_at_least(self, 0, ("eval_every",))
         if self.lm_learning_rate is not None and self.mode == "frozen":
@@ -117,8 +113,6 @@ class TrainConfig(LoopSettings, JsonConfig):
             if path is not None and Path(path).exists() and not Path(path).is_dir():
                 raise ValueError(f"{name}={path!r} is an existing file, not a folder; pass a folder path (a new one is "
                                  "created), or move the file away")
-        if not 0.0 < self.held_out < 1.0:
-            raise ValueError(f"held_out={self.held_out} must be a fraction in (0, 1)")
 
     @property
     def uses_state_cache(self) -> bool:

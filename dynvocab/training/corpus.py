@@ -8,11 +8,37 @@ import itertools
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 from ..data.corpora import CORPORA, WIKIPEDIA_HELD_OUT, corpus_split, split_documents
 from ..data.sources import iter_records
 
-__all__ = ["batches", "epoch_texts", "iter_texts", "training_texts", "wikipedia_split"]
+__all__ = ["CorpusSettings", "batches", "check_corpus_settings", "corpus_field", "epoch_texts", "iter_texts",
+           "training_texts", "wikipedia_split"]
+
+
+@dataclass
+class CorpusSettings:
+    """The training texts' share of a trainer's config: what ``training_texts``, ``epoch_texts`` and ``batches`` read
+    (with the loop's ``seed``)."""
+
+    data: str = field(default="wikipedia", metadata={"help": "Text/JSONL file, datasets name or dir, or an embedded "
+                                                             "corpus (its indexed part): 'wikipedia', 'licenses', "
+                                                             "'licensedb', 'licensedb-families'."})
+    text_field: str = field(default="text", metadata={"help": "Field holding the text in JSONL files and datasets."})
+    held_out: float = field(default=WIKIPEDIA_HELD_OUT, metadata={"help": "Share of the offline Wikipedia leads held out "
+                                                                          "from training (dynvocab eval prompts with them)."})
+
+
+def corpus_field(name: str, default):
+    """A :class:`CorpusSettings` field with another default (and the same help), for a trainer whose default differs."""
+    return field(default=default, metadata=CorpusSettings.__dataclass_fields__[name].metadata)
+
+
+def check_corpus_settings(settings: CorpusSettings) -> None:
+    """Raise ``ValueError`` naming the field and the fix for corpus settings no trainer can read."""
+    if not 0.0 < settings.held_out < 1.0:
+        raise ValueError(f"held_out={settings.held_out} must be a fraction in (0, 1)")
 
 
 def iter_texts(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -23,9 +24,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..config import JsonConfig, check_at_least
 from ..data.assets import resolve_model
-from ..data.corpora import CORPORA, WIKIPEDIA_HELD_OUT, corpus_split
+from ..data.corpora import CORPORA, corpus_split
 from ..tokens.padding import pad_id, pad_sequences
-from .corpus import batches, wikipedia_split
+from .corpus import CorpusSettings, batches, check_corpus_settings, corpus_field, wikipedia_split
 from .loop import LOG_FILE, LoopSettings, TrainingLoop, check_loop_settings, loop_field
 
 __all__ = ["LMFinetuneConfig", "LMFinetuner", "finetune_lm", "held_out_texts"]
@@ -34,16 +35,12 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class LMFinetuneConfig(LoopSettings, JsonConfig):
+class LMFinetuneConfig(LoopSettings, CorpusSettings, JsonConfig):
     """Settings of ``dynvocab finetune-lm``: LoRA on every attention and MLP projection of the LM."""
 
     model: str = field(default="smollm2", metadata={"help": "Hub name or path of the causal LM; 'smollm2' is the offline asset."})
-    data: str = field(default="licensedb", metadata={"help": "Text/JSONL file, datasets name or dir, or an embedded "
-                                                             "corpus (its indexed part): 'wikipedia', 'licenses', "
-                                                             "'licensedb', 'licensedb-families'."})
+    data: str = corpus_field("data", "licensedb")
     output_dir: str = field(default="runs/lm-finetune", metadata={"help": "Checkpoints, log.jsonl and the adapter (final/) go here."})
-    text_field: str = field(default="text", metadata={"help": "Field holding the text in JSONL files and datasets."})
-    held_out: float = field(default=WIKIPEDIA_HELD_OUT, metadata={"help": "Share of the offline Wikipedia leads held out (as in `dynvocab train`)."})
     max_length: int = field(default=256, metadata={"help": "Tokens per training sequence: every window of each text."})
     batch_size: int = field(default=8, metadata={"help": "Sequences per step."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
@@ -61,6 +58,7 @@ class LMFinetuneConfig(LoopSettings, JsonConfig):
         check_at_least(self, 1, ("max_length", "batch_size", "lora_r", "lora_alpha", "eval_texts"))
         check_at_least(self, 0, ("eval_every",))
         check_loop_settings(self)
+        check_corpus_settings(self)
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora_dropout={self.lora_dropout} must be in [0, 1)")
         if self.max_length < 2:
@@ -100,12 +98,12 @@ class LMFinetuner(TrainingLoop):
         self.held_out = [encode(text)[: config.max_length] for text in held_out_texts(config)[: config.eval_texts]]
 
     def before_training(self) -> None:
-        """The base LM's held-out loss, as the learning curve's step 0 (a resume cuts this line off with the rest of
-        the log past its checkpoint, and keeps the first run's)."""
-        if self.config.eval_every and self.accelerator.is_main_process:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.output_dir / LOG_FILE, "a", encoding="utf-8") as log:
-                log.write(json.dumps({"step": 0, **self.evaluate()}) + "\n")
+        """The base LM's held-out loss, as the learning curve's step 0, written by a run that starts the log (a
+        resume finds the first run's line there)."""
+        log = self.output_dir / LOG_FILE
+        if self.config.eval_every and self.accelerator.is_main_process and not (log.is_file() and log.stat().st_size):
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"step": 0, **self.evaluate()}) + "\n")
 
     def after_resume(self) -> None:
         for _ in range(self.step):  # the stream is a function of the config: skip ahead
@@ -130,7 +128,7 @@ class LMFinetuner(TrainingLoop):
             total += float(torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="sum"))
             count += int((target != -100).sum())
         self.module.train()
-        return {"heldout_loss": total / count, "heldout_ppl": float(torch.tensor(total / count).exp())}
+        return {"heldout_loss": total / count, "heldout_ppl": math.exp(total / count)}
 
     def write_export(self, directory: Path) -> None:
         """The adapter in peft's format, naming the base LM as it was given (``smollm2``, a Hub name or a path), the

@@ -37,6 +37,8 @@ from ..io.atomic import atomic_directory
 from .checkpoint_files import (
     STATE_DIR,
     TRAINER_STATE,
+    checkpoint_folders,
+    checkpoint_step,
     complete_checkpoints,
     load_optimizer,
     load_rank_state,
@@ -259,7 +261,7 @@ class TrainingLoop:
             refuse_old_checkpoints(self.output_dir)
             raise FileNotFoundError(f"no complete checkpoint-* in {self.output_dir} to resume from; drop --resume to start fresh")
         latest = checkpoints[0]
-        newer = [p.name for p in _checkpoint_folders(self.output_dir) if _step_of(p) > _step_of(latest)]
+        newer = [p.name for p in checkpoint_folders(self.output_dir) if checkpoint_step(p) > checkpoint_step(latest)]
         if newer:  # killed mid-save: their files are left as they are, and the next save of their step replaces them
             logger.warning("resuming from %s, the newest complete checkpoint: %s %s incomplete (a save was interrupted)",
                            latest.name, ", ".join(newer), "is" if len(newer) == 1 else "are")
@@ -291,22 +293,12 @@ class TrainingLoop:
         return record
 
 
-def _checkpoint_folders(output_dir: Path) -> list[Path]:
-    """Every ``checkpoint-N`` folder, complete or not, oldest first."""
-    return sorted((p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[1].isdigit()),
-                  key=_step_of)
-
-
-def _step_of(checkpoint: Path) -> int:
-    return int(checkpoint.name.split("-")[1])
-
-
 def refuse_old_checkpoints(output_dir: Path) -> None:
     """Raise ``ValueError`` if the newest ``checkpoint-*`` was written by a trainer of an older release (no ``state/``);
     called when no checkpoint is complete, so an interrupted save is told apart by the complete ones before it."""
-    steps = [(_step_of(p), p) for p in _checkpoint_folders(output_dir)]
-    if steps and not (steps[-1][1] / STATE_DIR).is_dir():
+    folders = checkpoint_folders(output_dir)
+    if folders and not (folders[-1] / STATE_DIR).is_dir():
         raise ValueError(
-            f"{steps[-1][1]} was written by an older dynvocab trainer, whose checkpoint format this release cannot "
+            f"{folders[-1]} was written by an older dynvocab trainer, whose checkpoint format this release cannot "
             "resume; start a new --output-dir (or drop --resume). Final exports (final/) of that run still load."
         )

@@ -15,11 +15,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..config import JsonConfig, check_at_least
 from ..data.assets import resolve_model
-from ..data.corpora import WIKIPEDIA_HELD_OUT
 from ..multiword import MultiWordLM, MultiWordVocab
 from ..tokens.padding import pad_id, pad_sequences
+from .corpus import CorpusSettings, batches, check_corpus_settings, training_texts
 from .loop import LOG_FILE, LoopSettings, TrainingLoop, check_loop_settings, loop_field
-from .corpus import batches, training_texts
 
 __all__ = ["MultiWordTrainConfig", "MultiWordTrainer", "train_multiword"]
 
@@ -27,14 +26,11 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class MultiWordTrainConfig(LoopSettings, JsonConfig):
+class MultiWordTrainConfig(LoopSettings, CorpusSettings, JsonConfig):
     """Settings of ``dynvocab train-mwt``; the budget defaults match the shipped phrase encoder's run."""
 
     model: str = field(default="smollm2", metadata={"help": "Hub name or path of the causal LM; 'smollm2' is the offline asset."})
-    data: str = field(default="wikipedia", metadata={"help": "Text/JSONL file, datasets name or dir; 'wikipedia' is the offline asset."})
     output_dir: str = field(default="runs/mwt", metadata={"help": "Checkpoints, log.jsonl and the trained vocabulary (final/) go here."})
-    text_field: str = field(default="text", metadata={"help": "Field holding the text in JSONL files and datasets."})
-    held_out: float = field(default=WIKIPEDIA_HELD_OUT, metadata={"help": "Share of the offline Wikipedia leads held out (as in `dynvocab train`)."})
     num_ngrams: int = field(default=5000, metadata={"help": "K, the most frequent multi-word n-grams added as tokens."})
     min_count: int = field(default=5, metadata={"help": "Occurrences an n-gram needs to be mined."})
     max_ngram_tokens: int = field(default=8, metadata={"help": "Longest n-gram, in LM tokens."})
@@ -50,10 +46,9 @@ class MultiWordTrainConfig(LoopSettings, JsonConfig):
     def __post_init__(self) -> None:
         check_at_least(self, 1, ("num_ngrams", "min_count", "mine_texts", "max_length", "batch_size"))
         check_loop_settings(self)
+        check_corpus_settings(self)
         if self.max_ngram_tokens < 2:
             raise ValueError(f"max_ngram_tokens={self.max_ngram_tokens} must be >= 2 (an n-gram has 2+ tokens)")
-        if not 0.0 < self.held_out < 1.0:
-            raise ValueError(f"held_out={self.held_out} must be a fraction in (0, 1)")
 
 
 class MultiWordTrainer(TrainingLoop):

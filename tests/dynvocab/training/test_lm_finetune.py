@@ -67,6 +67,7 @@ def test_held_out_texts_are_never_trained_on():
     ({"lora_dropout": 1.0}, "lora_dropout=1.0 must be in [0, 1)"),
     ({"lora_r": 0}, "lora_r"),
     ({"eval_every": -1}, "eval_every"),
+    ({"held_out": 1.0}, "held_out=1.0 must be a fraction in (0, 1)"),
 ])
 def test_bad_settings_are_refused_naming_the_field(overrides, fragment):
     with pytest.raises(ValueError, match=None) as raised:
