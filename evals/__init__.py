@@ -19,7 +19,7 @@ from .mauve import (
     paired_mauve_gain,
     sentence_embedding_features,
 )
-from .perplexity import PerplexityResult, perplexity, perplexity_from_logprobs, token_logprobs
+from .perplexity import PerplexityResult, pair_logprobs, perplexity, perplexity_from_logprobs, token_logprobs
 from .qa.metrics import exact_match, normalize_answer, qa_scores, rouge_l, str_em, token_f1
 from .retrieval.ranking import hits_at_k, mrr_at_k, ndcg_at_k, ranking_metrics, recall_at_k
 from .repetition import RepetitionResult, diversity, loops, ngram_counts, rep_n
@@ -52,6 +52,7 @@ __all__ = [
     "ndcg_at_k",
     "ngram_counts",
     "normalize_answer",
+    "pair_logprobs",
     "paired_mauve_gain",
     "perplexity",
     "perplexity_from_logprobs",

@@ -109,8 +109,26 @@ def token_logprobs(
     if max_length is not None and max_length < 2:
         raise ValueError(f"max_length must be None or >= 2, got {max_length}")
     model, tokenizer = _lm.load(model, tokenizer, "AutoModelForCausalLM")
-    side = _lm.check_side(padding_side, tokenizer)
     pairs = _encode(tokenizer, texts, prefixes or [None] * len(texts), prepend_bos, max_length)
+    return pair_logprobs(model, tokenizer, pairs, batch_size=batch_size, padding_side=padding_side,
+                         show_progress_bar=show_progress_bar)
+
+
+def pair_logprobs(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    pairs: Sequence[tuple[list[int], list[int]]],
+    *,
+    batch_size: int = 8,
+    padding_side: str | None = None,
+    show_progress_bar: bool | None = None,
+) -> list[np.ndarray]:
+    """``token_logprobs`` of token ids: each ``(context, target)`` pair's target tokens scored after its context
+    (a list of ``(len(target),)`` float64 arrays), for contexts a string prefix cannot give exactly (documents
+    tokenized as an LM read them)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    side = _lm.check_side(padding_side, tokenizer)
     if show_progress_bar is None:
         show_progress_bar = logger.isEnabledFor(logging.INFO)
     out: list[np.ndarray] = []

@@ -13,12 +13,13 @@ import numpy as np
 
 from .closeness import ROUGE_TYPES, paired_bootstrap, rouge_scores
 from .compression import compression
+from .domain import domain_goals, reference_perplexities
 from .latency import STAGES, summarize
 from .mauve import causal_lm_features, gpt2_large_features, mauve_score, minilm_features, paired_mauve_gain
 from .perplexity import perplexity
 from .repetition import diversity
 from .score_cache import ScoreCache, score_key
-from .systems import matched_bare, parse_system
+from .systems import matched, matched_bare, parse_system
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,8 @@ def score_all(records: list[dict], timed: list[dict], config, generators) -> dic
             key = score_key("mauve-gain", settings, [items[system], items[baseline]])
             results[system]["mauve_gain"] = {"baseline": baseline,
                                              **cache.get_or_compute(key, lambda: asdict(test()))}
+    for system, value in reference_perplexities(records, config, generators).items():
+        results[system]["reference_perplexity"] = value
     if cache.hits:
         logger.info("reused %d quality figures of %d systems from %s", cache.hits, len(results), cache.path)
     return results
@@ -386,10 +389,11 @@ def closeness_table(results: dict, config) -> str:
     rows = ["Closeness to what the author wrote next (ROUGE F ×100, Porter stemming), with the mean paired "
             "difference and its 95% bootstrap interval over prompts; copied: tokens kept from drafts and phrases; "
             "cited: non-space characters in spans of at least "
-            f"{config.cite_tokens} tokens found verbatim in the documents in the system's context; time per "
-            "character end to end over the timed prompts.\n",
+            f"{config.cite_tokens} tokens found verbatim in the documents in the system's context; held-out PPL: "
+            "the reference's perplexity, teacher-forced, under the system's LM given the prompt and the documents it "
+            "reads (none for phrase systems); time per character end to end over the timed prompts.\n",
             "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-L − bare | ROUGE-2 − bare-rag | ROUGE-L − bare-rag "
-            "| copied | cited | ms/char |", "|---" * 10 + "|"]
+            "| copied | cited | held-out PPL | ms/char |", "|---" * 11 + "|"]
     for system, m in results.items():
         cells = [f"{m[kind]:.2f}" for kind in ROUGE_TYPES]
         for kind, base in (("rougeL", "bare"), ("rouge2", "bare-rag"), ("rougeL", "bare-rag")):
@@ -397,6 +401,7 @@ def closeness_table(results: dict, config) -> str:
             cells.append("-" if against in (None, system) else _difference(results, system, against, kind).cell())
         cells += [f"{100 * m['copied_share']:.0f}%" if "copied_share" in m else "-",
                   f"{100 * m['cited_share']:.0f}%" if "cited_share" in m else "-",
+                  f"{m['reference_perplexity']:.2f}" if "reference_perplexity" in m else "-",
                   f"{m['ms_per_char']:.2f}" if "ms_per_char" in m else "-"]
         rows.append(f"| {system} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
@@ -406,9 +411,9 @@ def grounded_goals(results: dict, config) -> str:
     """Each grounded system's targets (``GROUNDED_TARGETS`` of the run's corpus), met or missed, against the bare
     systems with its safeguards."""
     lines = []
-    for system in (s for s in results if parse_system(s).base.startswith("grounded")):
+    for system in (s for s in results if parse_system(s).base.startswith("grounded") and config.data in GROUNDED_TARGETS):
         rows = []
-        for goal, base, figure, bound, kind in GROUNDED_TARGETS.get(config.data, []):
+        for goal, base, figure, bound, kind in GROUNDED_TARGETS[config.data]:
             against = _matched(system, base, results, config) if base else None
             if base and against is None:
                 rows.append(f"- {goal}: not measured (no `{base}` with the same safeguards in the run)")
@@ -434,15 +439,9 @@ def grounded_goals(results: dict, config) -> str:
     return "\n".join(lines)
 
 
-def _matched(system: str, base: str, results: dict, config) -> str | None:
-    """The system of ``base`` in the run with ``system``'s safeguards (no other setting), or None."""
-    def guards(name: str) -> tuple:
-        spec = parse_system(name)
-        return spec.get("no_repeat", config.no_repeat_ngram_size), spec.get("penalty", config.repetition_penalty)
-
-    return next((name for name in results if parse_system(name).base == base
-                 and set(parse_system(name).options) <= {"no_repeat", "penalty"} and guards(name) == guards(system)),
-                None)
+def _matched(system: str, base: str, results: dict, config, settings: frozenset[str] = frozenset()) -> str | None:
+    """``systems.matched`` among the run's systems, under its default safeguards."""
+    return matched(system, base, list(results), config.no_repeat_ngram_size, config.repetition_penalty, settings)
 
 
 def _difference(results: dict, system: str, against: str, figure: str):
@@ -512,6 +511,7 @@ def write_report(results: dict, config, command: str, systems: dict | None = Non
         + markdown_table(results)
         + "\n" + closeness_table(results, config)
         + "\n" + grounded_goals(results, config)
+        + "\n" + domain_goals(results, config)
         + "\n" + goals(results, config)
         + "\n" + goals_table(results, config)
         + "\n" + ablation_table(results)

@@ -103,10 +103,16 @@ def parse_system(name: str) -> SystemSpec:
     return SystemSpec(name.strip(), base, int(cap) if at else None, options)
 
 
-def matched_bare(system: str, systems: list[str], no_repeat: int = 0, penalty: float = 1.0) -> str | None:
-    """The bare LM among ``systems`` decoded with ``system``'s safeguards, or None.
+#: the settings every system may carry without changing what it is compared as
+SAFEGUARDS = ("no_repeat", "penalty")
 
-    A system is judged against the bare LM with the same ``no_repeat_ngram_size`` and repetition penalty: a guard
+
+def matched(system: str, base: str, systems: list[str], no_repeat: int = 0, penalty: float = 1.0,
+            settings: frozenset[str] = frozenset()) -> str | None:
+    """The system of ``base`` among ``systems`` decoded with ``system``'s safeguards and no setting but
+    ``settings`` (``{"lm"}``: an LM of its own, e.g. the fine-tuned one), or None; it may be ``system`` itself.
+
+    A system is judged against others with the same ``no_repeat_ngram_size`` and repetition penalty: a guard
     changes the text as much as phrases do. ``no_repeat``/``penalty`` are the protocol's defaults for systems that
     set neither.
     """
@@ -115,5 +121,12 @@ def matched_bare(system: str, systems: list[str], no_repeat: int = 0, penalty: f
         return spec.get("no_repeat", no_repeat), spec.get("penalty", penalty)
 
     wanted = guards(system)
-    return next((name for name in systems if parse_system(name).base == "bare" and name != system
-                 and "lm" not in parse_system(name).options and guards(name) == wanted), None)
+    return next((name for name in systems if parse_system(name).base == base
+                 and set(parse_system(name).options) - set(SAFEGUARDS) == set(settings) and guards(name) == wanted), None)
+
+
+def matched_bare(system: str, systems: list[str], no_repeat: int = 0, penalty: float = 1.0) -> str | None:
+    """The bare LM (not a fine-tuned one) among ``systems`` with ``system``'s safeguards (``matched``), or None
+    for a bare LM itself."""
+    found = matched(system, "bare", systems, no_repeat, penalty)
+    return None if found == system else found

@@ -1,9 +1,9 @@
-"""ROUGE of the systems an unfinished ``dynvocab eval`` run has finished, with paired-bootstrap intervals, before the
-run writes its report: the same functions the report uses (``evals.closeness``), over the prompts every listed system
-has written.
+"""ROUGE of the systems a ``dynvocab eval`` run has written, with paired-bootstrap intervals between any two: before
+an unfinished run writes its report, or for pairs the report does not give (each system against the fine-tuned LM).
+The same functions the report uses (``evals.closeness``), over the prompts every system has written, in id order.
 
     python experiments/evaluation/partial_closeness.py --run results/licenses/domain-variants \\
-        --pairs "bare:lm=runs/lm-licensedb/final vs bare,bare-rag vs bare,bare-rag vs bare:lm=runs/lm-licensedb/final"
+        --pairs "grounded vs bare:lm=runs/lm-licensedb/final,bare-rag vs bare:lm=runs/lm-licensedb/final"
 """
 
 from __future__ import annotations

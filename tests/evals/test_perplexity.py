@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from evals import perplexity, perplexity_from_logprobs, token_logprobs
+from evals import pair_logprobs, perplexity, perplexity_from_logprobs, token_logprobs
 
 TEXTS = ["the cat sat on a mat", "dog ran", "a big red dog and a small blue cat it was"]
 PREFIXES = ["it was the", None, "the dog ran to"]
@@ -89,3 +89,14 @@ def test_bad_inputs(tiny_llama, word_tokenizer):
         perplexity(tiny_llama, word_tokenizer, TEXTS, padding_side="middle")
     with pytest.raises(ValueError, match="no scored tokens"):
         perplexity(tiny_llama, word_tokenizer, [""])
+
+
+def test_token_ids_score_as_their_strings_do(tiny_lm, word_tokenizer):
+    ids = lambda text: word_tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    pairs = [(ids(prefix), ids(text)) for text, prefix in zip(TEXTS, PREFIXES) if prefix]
+    by_ids = pair_logprobs(tiny_lm, word_tokenizer, pairs, batch_size=2, padding_side="left")
+    _, _, hand = _by_hand(tiny_lm, word_tokenizer, [TEXTS[0], TEXTS[2]], [PREFIXES[0], PREFIXES[2]])
+    for a, c in zip(by_ids, hand):
+        torch.testing.assert_close(torch.from_numpy(a), torch.tensor(c, dtype=torch.float64), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        pair_logprobs(tiny_lm, word_tokenizer, pairs, batch_size=0)

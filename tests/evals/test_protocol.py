@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -135,6 +136,16 @@ def test_grounded_systems_are_scored_for_closeness_citations_and_time_against_th
     assert "+0.00 [+0.00, +0.00]" in report  # grounded:gamma=1 against bare-rag
     assert "Targets for `grounded`:" in report and "ROUGE-L at least bare-rag's: **" in report
     assert "time per character at most 0.75x bare-rag-lookup's: **" in report
+    # the reference's own perplexity: the LM given the prompt, and given the documents for every system that reads them
+    from evals import perplexity
+
+    lm = AutoModelForCausalLM.from_pretrained(workspace / "lm")
+    first = [r for r in records if r["system"] == "bare"]
+    alone = perplexity(lm, _gpt2_tokenizer, [r["reference"] for r in first], prefixes=[r["prompt"] for r in first])
+    assert figures["bare"]["reference_perplexity"] == pytest.approx(alone.perplexity, rel=1e-4)
+    reading = {figures[s]["reference_perplexity"] for s in systems.split(",") if s != "bare"}
+    assert len(reading) == 1 and reading != {figures["bare"]["reference_perplexity"]}
+    assert "| held-out PPL |" in report
 
 
 def test_each_dynamic_system_may_name_its_own_checkpoint(workspace, tiny_lm_dir, _gpt2_tokenizer):
@@ -197,6 +208,36 @@ def test_the_goals_table_judges_every_dynamic_system_against_the_bare_lm_with_it
     assert goals_table({k: results[k] for k in ("bare", "dynamic")}, EvalConfig(systems="bare,dynamic")) == ""
     nucleus = EvalConfig(systems=",".join(results), decoding="nucleus")
     assert "at most 0.75×" in goals_table(results, config) and "at most 0.80×" in goals_table(results, nucleus)
+
+
+def test_the_domain_targets_judge_the_best_system_without_training_against_the_fine_tuned_lm_and_bare_rag():
+    from evals.domain import best_without_training, domain_goals
+    from evals.protocol import EvalConfig
+
+    def metrics(rouge_l, rouge_2, perplexity=3.0):
+        return {"rougeL": float(np.mean(rouge_l)), "rouge2": float(np.mean(rouge_2)), "perplexity": perplexity,
+                "per_prompt": {"rougeL": rouge_l, "rouge2": rouge_2}}
+
+    base = [10.0, 20.0, 30.0, 40.0] * 5
+    plus = lambda shift: [v + shift + (i % 2) for i, v in enumerate(base)]  # noqa: E731
+    results = {"bare": metrics(base, base), "bare:lm=tuned": metrics(plus(2), base), "bare-rag": metrics(plus(4), plus(3)),
+               "dynamic": metrics(plus(3), plus(1)), "grounded": metrics(plus(6), plus(3), 3.5),
+               "dynamic:lm=tuned": metrics(plus(9), plus(9))}  # an LM trained on the domain: never the pick
+    assert best_without_training(results) == "grounded"
+    variants = domain_goals(results, EvalConfig(data="licensedb", systems=",".join(results)))
+    assert "Domain targets for `grounded`" in variants
+    assert "ROUGE-L above the fine-tuned LM's (the paper's claim): **met**, +4.00" in variants
+    assert "against `bare:lm=tuned`" in variants
+    assert "ROUGE-2 above bare-rag's: **missed**, +0.00" in variants
+    families = domain_goals(results, EvalConfig(data="licensedb-families", systems=",".join(results)))
+    assert "ROUGE-L no worse than bare's (interval's low end above -0.5): **met**" in families
+    assert "perplexity under the bare LM at most 1.2x bare-rag's: **met**, 3.50 against 3.00 (1.17x `bare-rag`)" in families
+    without_tuned = {k: v for k, v in results.items() if k != "bare:lm=tuned"}
+    assert "not measured (no `bare:lm=DIR`" in domain_goals(without_tuned, EvalConfig(data="licensedb", systems="bare"))
+    assert domain_goals(results, EvalConfig(data="wikipedia", systems="bare")) == ""
+    from evals.report import grounded_goals
+
+    assert grounded_goals(results, EvalConfig(data="licensedb", systems="bare")) == ""  # no grounded targets there
 
 
 def test_degenerate_floor_texts_loop_to_the_reference_length():
