@@ -439,9 +439,9 @@ def grounded_goals(results: dict, config) -> str:
     return "\n".join(lines)
 
 
-def _matched(system: str, base: str, results: dict, config, settings: frozenset[str] = frozenset()) -> str | None:
+def _matched(system: str, base: str, results: dict, config) -> str | None:
     """``systems.matched`` among the run's systems, under its default safeguards."""
-    return matched(system, base, list(results), config.no_repeat_ngram_size, config.repetition_penalty, settings)
+    return matched(system, base, list(results), config.no_repeat_ngram_size, config.repetition_penalty)
 
 
 def _difference(results: dict, system: str, against: str, figure: str):
