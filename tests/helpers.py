@@ -11,10 +11,11 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from dynvocab.scoring.dot_product import DotProductScorer
 
@@ -126,6 +127,28 @@ class PhrasesAlwaysWin(torch.nn.Module):
     def forward(self, hidden, vectors, mask=None):
         scores = hidden[..., :1] * 0 + 1e4
         return scores.expand(*hidden.shape[:-1], vectors.shape[0]).clone()
+
+
+class TableLM(torch.nn.Module):
+    """A causal LM whose next-token scores depend on the last token only: ``logits[last]``, ``logits`` ``(V, V)``,
+    on ``logits``' device."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.table = logits
+        self.head = torch.nn.Linear(1, logits.shape[1], bias=False, device=logits.device)
+        self.generation_config = GenerationConfig(eos_token_id=None)
+
+    @property
+    def device(self) -> torch.device:
+        return self.table.device
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.head
+
+    def forward(self, ids, past_key_values=None, use_cache=True, logits_to_keep=0):
+        logits = self.table[ids]
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
 
 def count_encoded(model) -> list[int]:

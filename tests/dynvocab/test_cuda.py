@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
+from dynvocab.decoding.citations import cite
 from dynvocab.decoding.drafting import DocumentDrafter
 from dynvocab.decoding.verification import generate_verified
 from dynvocab.hardware.precision import encode_autocast_dtype
-from tests.helpers import RandomScorer
+from tests.helpers import PhrasesAlwaysWin, RandomScorer, TableLM
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -105,3 +106,48 @@ def test_phrase_vectors_encoded_on_the_gpu_under_the_auto_policy(llama, tokenize
     assert on_gpu.device.type == "cuda"
     cosines = torch.nn.functional.cosine_similarity(on_gpu.float().cpu(), on_cpu, dim=-1)
     assert float(cosines.min()) > 0.99
+
+
+def test_grounded_decoding_on_the_gpu_writes_the_lm_text_given_the_documents(base_model, tokenizer):
+    """gamma = 1 on the GPU: phrases and drafts from the documents propose, the LM reading the documents keeps only
+    its own greedy tokens, so the text is ``generate``'s given the documents; its copied spans cite them."""
+    lm = base_model.to(CUDA)
+    model = DynamicVocabLM.from_causal_lm(lm, tokenizer).eval()
+    model.scorer = PhrasesAlwaysWin()
+    context = tokenizer(" The river rises in the northern hills and flows south.", return_tensors="pt").input_ids.to(CUDA)
+    prompt = tokenizer(" The city of", return_tensors="pt").input_ids.to(CUDA)
+    with torch.no_grad():
+        ids = torch.cat([context, prompt], 1)
+        reference = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=96,
+                                do_sample=False)[0, ids.shape[1]:].tolist()
+    model.set_phrases([tokenizer.decode(reference[:1]) + " zebra crossing", tokenizer.decode(reference[6:10])],
+                      mid_sentence_forms=False)
+    documents = [tokenizer(" zebra crossing").input_ids + reference[2:20], context[0].tolist()]
+    drafter = DocumentDrafter(documents, draft_tokens=6, min_context=1, step_cost=0.0)
+    out = generate_verified(model, prompt, 16, gamma=1.0, context=context, draft=drafter.draft)
+    table, vocab = model.phrase_table, model.vocab_size
+    spelled = [t for i in out.sequences[0, prompt.shape[1]:].tolist()
+               for t in (table.token_ids[i - vocab] if i >= vocab else (i,))]
+    assert out.sequences.device.type == CUDA.type
+    assert spelled == reference[: len(spelled)] and len(spelled) > out.steps and out.cut >= 1
+    texts = [tokenizer.decode(document) for document in documents]
+    citations = cite(spelled, texts, tokenizer, min_tokens=4)
+    assert citations and all(texts[c.document][c.document_start :].startswith(c.text) for c in citations)
+
+
+def test_speculative_sampling_on_the_gpu_keeps_the_lm_distribution():
+    """Sampled grounded decoding on the GPU (its draws and tests on the device): whatever is drafted, two tokens
+    follow the LM's own law."""
+    torch.manual_seed(0)
+    table = torch.log_softmax(torch.randn(4, 4) * 1.5, dim=-1)
+    lm = TableLM(table.to(CUDA))
+    probs = table.exp()
+    exact = {(a, b): float(probs[0, a] * probs[a, b]) for a in range(4) for b in range(4)}
+    counts = dict.fromkeys(exact, 0)
+    draws = 1500
+    for _ in range(draws):
+        out = generate_verified(lm, torch.tensor([[0]], device=CUDA), 2, gamma=0.5, do_sample=True,
+                                draft=lambda text: [3, 3, 3])
+        counts[tuple(out.sequences[0, 1:3].tolist())] += 1
+    distance = 0.5 * sum(abs(counts[k] / draws - exact[k]) for k in exact)
+    assert distance < 0.05, (distance, counts, exact)

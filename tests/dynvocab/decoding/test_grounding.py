@@ -1,18 +1,17 @@
 """Grounded decoding: the LM reads the documents and decides; phrases and drafts only propose; copied spans cite."""
 
 import itertools
-from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import GenerationConfig, LogitsProcessorList
+from transformers import LogitsProcessorList
 
 from dynvocab import DynamicVocabLM
 from dynvocab.decoding.citations import cite, cited_share
 from dynvocab.decoding.drafting import DocumentDrafter
 from dynvocab.decoding.repetition import PhraseNoRepeatNGram
 from dynvocab.decoding.verification import accept_relaxed, generate_verified
-from tests.helpers import PhrasesAlwaysWin
+from tests.helpers import PhrasesAlwaysWin, TableLM
 
 DOCUMENT = " The river rises in the northern hills and flows south through the old town to the sea."
 
@@ -86,27 +85,6 @@ def test_the_ngram_guard_judges_the_continuation_not_the_documents(llama, tokeni
     assert new == reference[: len(new)] and out.steps < len(new)
     grams = list(zip(prompt[0].tolist() + new, (prompt[0].tolist() + new)[1:]))
     assert len(grams) == len(set(grams))
-
-
-class TableLM(torch.nn.Module):
-    """A causal LM whose next-token scores depend on the last token only: ``logits[last]``."""
-
-    def __init__(self, logits: torch.Tensor) -> None:
-        super().__init__()
-        self.table = logits
-        self.head = torch.nn.Linear(1, logits.shape[1], bias=False)
-        self.generation_config = GenerationConfig(eos_token_id=None)
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
-    def get_output_embeddings(self) -> torch.nn.Module:
-        return self.head
-
-    def forward(self, ids, past_key_values=None, use_cache=True, logits_to_keep=0):
-        logits = self.table[ids]
-        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 
 
 def test_relaxed_rule_keeps_a_token_within_gamma_of_the_best():
