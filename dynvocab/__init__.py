@@ -4,7 +4,7 @@ from .config import DynamicVocabConfig
 from .decoding.agreement import PhraseAgreement
 from .decoding.context_gate import PhraseContextGate, left_contexts
 from .decoding.repetition import PhraseNoRepeatNGram, PhraseRepetitionPenalty
-from .decoding.verification import VerifiedOutput, generate_grounded, generate_verified
+from .decoding.verification import VerifiedOutput, VerifiedRow, generate_grounded, generate_verified, generate_verified_batch
 from .hardware.packed_linear import pack_linear_layers, unpack_linear_layers
 from .model import DynamicVocabLM
 from .phrases.encoder import PhraseEncoder
@@ -34,8 +34,10 @@ __all__ = [
     "ShortlistScorer",
     "StateKeys",
     "VerifiedOutput",
+    "VerifiedRow",
     "generate_grounded",
     "generate_verified",
+    "generate_verified_batch",
     "left_contexts",
     "pack_linear_layers",
     "state_keys",

@@ -15,10 +15,11 @@ from dynvocab.decoding import (
     Citation,
     DocumentDrafter,
     VerifiedOutput,
+    VerifiedRow,
     cited_share,
     generate_continuations,
-    generate_grounded,
-    generate_verified,
+    generate_verified_batch,
+    grounded_relax,
 )
 from dynvocab.states import DocumentStates, StateKeys, row_state_keys
 from dynvocab.tokens import pad_id
@@ -208,48 +209,52 @@ class PhrasePipeline(DocumentReader):
     def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None, contexts: list[dict | None],
                            drafters: list[DocumentDrafter] | None,
                            keys: StateKeys | None = None) -> tuple[list[list[int]], list[int]]:
-        """Each prompt by ``generate_verified`` with its row's phrases: the new ids and the steps they took."""
+        """The prompts by ``generate_verified_batch``, each row with its own phrases: the new ids and the steps they
+        took."""
         c, model = self.config, self.model
-        kwargs = c.generation_kwargs()
-        new, steps = [], []
+        rows = []
         for row, prompt in enumerate(prompts):
             gate = {"phrase_contexts": contexts[row]} if contexts[row] is not None else {}
-            processors = model.phrase_processors_in(kwargs | gate)
-            ids = model.tokenizer(prompt, return_tensors="pt").input_ids
-            budget = budgets[row] if budgets is not None else None
-            with model.state_gate(keys.for_row(row) if keys is not None else None):
-                out = generate_verified(
-                    model, ids, c.max_new_tokens, accept_top_k=c.verify_top_k, do_sample=c.do_sample, top_p=c.top_p,
-                    temperature=c.temperature, logits_processor=processors, row=row if len(prompts) > 1 else None,
-                    stopping_criteria=character_budget(model, ids.shape[1], budget),
-                    draft=drafters[row].draft if drafters else None,
-                )
-            new.append(out.sequences[0, ids.shape[1] :].tolist())
-            steps.append(out.steps)
-        return new, steps
+            ids = model.tokenizer(prompt)["input_ids"]
+            rows.append(VerifiedRow(
+                ids, row=row if len(prompts) > 1 else None, draft=drafters[row].draft if drafters else None,
+                logits_processor=model.phrase_processors_in(c.generation_kwargs() | gate),
+                stopping_criteria=character_budget(model, len(ids), budgets[row] if budgets is not None else None)))
+        outputs = self._decode_rows(rows, keys, accept_top_k=c.verify_top_k)
+        return [out.sequences[0, len(row.input_ids) :].tolist() for out, row in zip(outputs, rows)], \
+            [out.steps for out in outputs]
 
     def _generate_grounded(self, prompts: list[str], documents: list[list[dict]], budgets: Sequence[int] | None,
                            contexts: list[dict | None], drafters: list[DocumentDrafter] | None,
                            keys: StateKeys | None = None) -> list[tuple[VerifiedOutput, int]]:
-        """Each prompt by ``generate_verified`` with its documents in the LM's context and the grounded rule: the
-        output and the prompt's length in it."""
+        """The prompts by ``generate_verified_batch``, each with its documents in the LM's context and the grounded
+        rule: each output and the prompt's length in it."""
         c, model = self.config, self.model
         # the n-gram guard judges what this call writes: the continuation may copy the documents, never repeat itself
-        kwargs, outputs = c.generation_kwargs() | {"no_repeat_ngram_scope": "new"}, []
+        kwargs, rows = c.generation_kwargs() | {"no_repeat_ngram_scope": "new"}, []
         for row, (prompt, found) in enumerate(zip(prompts, documents)):
             gate = {"phrase_contexts": contexts[row]} if contexts[row] is not None else {}
             context = self.context_ids(found)
-            ids = model.tokenizer(prompt, add_special_tokens=not context, return_tensors="pt").input_ids
-            budget = budgets[row] if budgets is not None else None
-            with model.state_gate(keys.for_row(row) if keys is not None else None):
-                drafter = drafters[row] if drafters else None
-                out = generate_grounded(
-                    model, ids, c.max_new_tokens, gamma=c.gamma, drafter=drafter, relax_after=c.relax_after,
-                    context=torch.tensor([context], device=model.device) if context else None, do_sample=c.do_sample,
-                    top_p=c.top_p, temperature=c.temperature, logits_processor=model.phrase_processors_in(kwargs | gate),
-                    row=row if len(prompts) > 1 else None, stopping_criteria=character_budget(model, ids.shape[1], budget),
-                )
-            outputs.append((out, ids.shape[1]))
+            ids = model.tokenizer(prompt, add_special_tokens=not context)["input_ids"]
+            drafter = drafters[row] if drafters else None
+            rows.append(VerifiedRow(
+                ids, context, row if len(prompts) > 1 else None, drafter.draft if drafter else None,
+                grounded_relax(drafter, c.relax_after), model.phrase_processors_in(kwargs | gate),
+                character_budget(model, len(ids), budgets[row] if budgets is not None else None)))
+        outputs = self._decode_rows(rows, keys, gamma=c.gamma)
+        return [(out, len(row.input_ids)) for out, row in zip(outputs, rows)]
+
+    def _decode_rows(self, rows: list[VerifiedRow], keys: StateKeys | None, **rule) -> list[VerifiedOutput]:
+        """``rows`` in one batch by ``generate_verified_batch``; with state keys (a per-row gate on the model) one
+        row at a time."""
+        c, model = self.config, self.model
+        settings = {"do_sample": c.do_sample, "top_p": c.top_p, "temperature": c.temperature, **rule}
+        if keys is None:
+            return generate_verified_batch(model, rows, c.max_new_tokens, **settings)
+        outputs = []
+        for number, row in enumerate(rows):
+            with model.state_gate(keys.for_row(number)):
+                outputs += generate_verified_batch(model, [row], c.max_new_tokens, **settings)
         return outputs
 
     def _timer(self) -> StageTimer:

@@ -9,7 +9,8 @@ from .generation import generate_continuations
 from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .sampling import choose, sampling_warpers
 from .stopping import CharacterBudget
-from .verification import VerifiedOutput, generate_grounded, generate_verified
+from .verification import VerifiedOutput, VerifiedRow, generate_grounded, generate_verified, generate_verified_batch, \
+    grounded_relax
 
 __all__ = [
     "CharacterBudget",
@@ -23,12 +24,15 @@ __all__ = [
     "PhraseNoRepeatNGram",
     "PhraseRepetitionPenalty",
     "VerifiedOutput",
+    "VerifiedRow",
     "choose",
     "cite",
     "cited_share",
     "generate_continuations",
     "generate_grounded",
     "generate_verified",
+    "generate_verified_batch",
+    "grounded_relax",
     "left_contexts",
     "sampling_warpers",
 ]

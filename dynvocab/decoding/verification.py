@@ -21,8 +21,9 @@ Two rules decide what is kept:
 processors, the drafts' text and the output see the prompt and what follows only, so the n-gram guard judges the
 continuation and leaves copying from the documents alone.
 
-``draft`` (e.g. ``dynvocab.decoding.drafting.DocumentDrafter.draft``) proposes tokens to follow the text so far. It decodes
-one prompt at a time, like speculative decoding in ``transformers``.
+``draft`` (e.g. ``dynvocab.decoding.drafting.DocumentDrafter.draft``) proposes tokens to follow the text so far.
+``generate_verified`` decodes one prompt; ``generate_verified_batch`` decodes several in one forward call a step, each
+row with its own documents, drafts, phrase set and safeguards, and writes what each row writes alone.
 """
 
 from __future__ import annotations
@@ -31,14 +32,15 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
 from .sampling import choose, sampling_warpers
 
-__all__ = ["VerifiedOutput", "accept_relaxed", "accept_sampled", "draft_step_cost", "forward_seconds",
-           "generate_grounded", "generate_verified"]
+__all__ = ["VerifiedOutput", "VerifiedRow", "accept_relaxed", "accept_sampled", "draft_step_cost", "forward_seconds",
+           "generate_grounded", "generate_verified", "generate_verified_batch", "grounded_relax"]
 
 
 @dataclass
@@ -77,6 +79,23 @@ def accept_sampled(probs: torch.Tensor, token: int) -> bool:
     return bool(torch.rand(()) < probs[token])
 
 
+@dataclass
+class VerifiedRow:
+    """One prompt of ``generate_verified_batch`` with what is its own: ``input_ids`` its token ids, ``context`` the
+    token ids read before them (its documents), ``row`` its phrase set after per-row ``set_phrases`` (None: every
+    phrase), and its ``draft``, ``relax``, ``logits_processor``, ``stopping_criteria`` and ``on_step``, as
+    ``generate_verified`` takes them (a row's own processors: the n-gram guard keeps the width it first sees)."""
+
+    input_ids: Sequence[int]
+    context: Sequence[int] = ()
+    row: int | None = None
+    draft: Callable[[list[int]], list[int]] | None = None
+    relax: Callable[[list[int]], bool] | None = None
+    logits_processor: LogitsProcessorList | None = None
+    stopping_criteria: StoppingCriteriaList | None = None
+    on_step: Callable[[list[int]], bool] | None = None
+
+
 @torch.no_grad()
 def generate_verified(
     model,
@@ -112,98 +131,227 @@ def generate_verified(
     calls): only the rest is read; decoding appends to it.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise ValueError(f"generate_verified decodes one prompt: input_ids must be (1, L), got {tuple(input_ids.shape)}")
+        raise ValueError(f"generate_verified decodes one prompt: input_ids must be (1, L), got "
+                         f"{tuple(input_ids.shape)}; decode several with generate_verified_batch")
+    if context is not None and (context.dim() != 2 or context.shape[0] != 1):
+        raise ValueError(f"context must be (1, C) token ids read before the prompt, got {tuple(context.shape)}")
+    spec = VerifiedRow(input_ids[0].tolist(), context[0].tolist() if context is not None else (), row, draft, relax,
+                       logits_processor, stopping_criteria, on_step)
+    return generate_verified_batch(model, [spec], max_new_tokens, accept_top_k=accept_top_k, gamma=gamma,
+                                   do_sample=do_sample, top_p=top_p, temperature=temperature,
+                                   eos_token_id=eos_token_id, past_key_values=past_key_values)[0]
+
+
+@torch.no_grad()
+def generate_verified_batch(
+    model,
+    rows: Sequence[VerifiedRow],
+    max_new_tokens: int,
+    *,
+    accept_top_k: int = 3,
+    gamma: float | None = None,
+    do_sample: bool = False,
+    top_p: float = 1.0,
+    temperature: float = 1.0,
+    eos_token_id: int | None = None,
+    past_key_values: DynamicCache | None = None,
+) -> list[VerifiedOutput]:
+    """``generate_verified`` for several prompts in one batch: one forward call per step reads every row's proposal.
+
+    The rows are left-padded; a step reads ``K`` slots of every row (its longest proposal), and the slots a row
+    did not keep (its rejected and padding tokens) stay in the KV cache masked out, each row's positions counting
+    its own kept tokens only, so every row reads what it would read alone. Slots no row kept are cropped, and a row
+    that ends leaves the batch. One output per row, in order; ``past_key_values`` (a shared prefix) only with one row.
+    """
+    if not rows:
+        return []
     if not isinstance(accept_top_k, int) or accept_top_k < 1:
         raise ValueError(f"accept_top_k must be a positive int, got {accept_top_k!r}")
     if gamma is not None and not 0.0 < gamma <= 1.0:
         raise ValueError(f"gamma={gamma!r} must be in (0, 1] (1: the LM's own text), or None for the top-k rule")
-    if context is not None and (context.dim() != 2 or context.shape[0] != 1):
-        raise ValueError(f"context must be (1, C) token ids read before the prompt, got {tuple(context.shape)}")
+    if past_key_values is not None and len(rows) > 1:
+        raise ValueError(f"past_key_values holds one prompt's prefix, but {len(rows)} rows were given: decode "
+                         "them without it, or one at a time")
     table = getattr(model, "phrase_table", None)
     if table is None and gamma is None:
         raise ValueError(f"{type(model).__name__} has no phrase table: pass gamma (grounded decoding proposes drafts "
                          "to any causal LM), or wrap it in DynamicVocabLM")
-    vocab = model.vocab_size if table is not None else model.get_output_embeddings().out_features
-    masks = table.row_masks() if table is not None else None
-    mask = None if row is None or masks is None else masks[row : row + 1].to(model.device)
-    processors = logits_processor or LogitsProcessorList()
-    warpers = sampling_warpers(do_sample, temperature, top_p=top_p)
-    stopping = stopping_criteria or StoppingCriteriaList()
+    if any(not len(spec.input_ids) for spec in rows):
+        raise ValueError("every row needs at least one prompt token")
     eos = model.generation_config.eos_token_id if eos_token_id is None else eos_token_id
-    ends = set(eos) if isinstance(eos, list) else set() if eos is None else {eos}
-    ids = input_ids.to(model.device)
-    text = table.spell(ids[0].tolist()) if table is not None else ids[0].tolist()  # token ids, for ``draft``
-    read = ids if context is None else torch.cat([context.to(ids.device), ids], dim=1)
+    rule = _Rule(table, model.vocab_size if table is not None else model.get_output_embeddings().out_features,
+                 accept_top_k, gamma, do_sample, sampling_warpers(do_sample, temperature, top_p=top_p),
+                 set(eos) if isinstance(eos, list) else set() if eos is None else {eos})
+    device, masks = model.device, table.row_masks() if table is not None else None
+    states = [_RowDecoding(spec, rule, device) for spec in rows]
+    reads = [list(spec.context) + list(spec.input_ids) for spec in rows]
     cache = past_key_values if past_key_values is not None else DynamicCache()
     done = cache.get_seq_length()
-    if done >= read.shape[1]:
-        raise ValueError(f"past_key_values holds {done} tokens of an input of {read.shape[1]}: keep at least its last "
+    if done >= len(reads[0]):
+        raise ValueError(f"past_key_values holds {done} tokens of an input of {len(reads[0])}: keep at least its last "
                          "token out of it, to be read now")
-    logits = _forward(model, read[:, done:], cache, mask, last_only=True)[:, -1]
-    steps = cut = 0
-    kept_spans: list[int] = []
-    refused: int | None = None  # a sampled proposal the LM refused: left out of the next draw
-    while steps < max_new_tokens:
-        scores = processors(ids, logits.float())
-        if gamma is None:
-            chosen = _choose(scores[0], do_sample, warpers, ids)
-            tokens = list(table.token_ids[chosen - vocab]) if chosen >= vocab else [chosen]
-            first = len(tokens)  # the tokens the model chose itself (a phrase's after its first are verified too)
-            own = int(chosen < vocab)  # of them, the LM's own token
-            if draft is not None and chosen < vocab and chosen not in ends:
-                tokens += draft(text + tokens)
-        else:
-            probs = _token_probs(scores[0, :vocab], do_sample, warpers, ids, refused)
-            proposals = _Proposals(draft, relax, gamma)
-            tokens, own, phrase = _grounded_proposal(probs, scores[0, vocab:], table, text, proposals, do_sample, ends)
-            chosen, first, step_gamma = (tokens[0] if phrase is None else vocab + phrase), 1, proposals.gamma
-        out = _forward(model, torch.tensor([tokens], device=ids.device), cache, mask)
-        rows = _processed_rows(out[0].float(), tokens, processors, ids)
-        if gamma is None:
-            kept = 1 + _count_agreeing(rows, tokens, lambda row, token: token in row[:vocab].topk(
-                min(accept_top_k, vocab)).indices.tolist())
-        else:
-            kept, refused = _grounded_kept(rows, tokens, vocab, step_gamma, do_sample, warpers, ids)
-        kept = next((j + 1 for j, t in enumerate(tokens[:kept]) if t in ends), kept)  # nothing after an end of text
-        if kept > first and _stops(stopping, ids, tokens[:kept], scores):  # nor proposed tokens past the stop
-            kept = next(j for j in range(first, kept + 1) if _stops(stopping, ids, tokens[:j], scores))
-        if kept < len(tokens):
-            cache.crop(kept - len(tokens))  # transformers 5: a negative count removes that many slots
-            cut += 1
-        if kept > own:
-            kept_spans.append(kept - own)
-        whole = chosen if chosen >= vocab and kept == len(tokens) else None
-        written = _as_ids(tokens[:kept], whole, table, vocab, mask) if table is not None else tokens[:kept]
-        ids = torch.cat([ids, torch.tensor([written], device=ids.device)], dim=1)
-        text += tokens[:kept]
-        logits = out[:, kept - 1]
-        steps += 1
-        heard_enough = on_step is not None and on_step(written)
-        if heard_enough or tokens[kept - 1] in ends or _stops(stopping, ids, [], scores):
-            break
-    return VerifiedOutput(ids, steps, cut, kept_spans)
+    phrase_mask = _phrase_mask(masks, [spec.row for spec in rows], device)
+    if len(rows) == 1:  # one row has no padding: no mask, and the cache is cropped to what it kept
+        attention = None
+        logits = _forward(model, torch.tensor([reads[0][done:]], device=device), cache, phrase_mask, last_only=True)
+    else:
+        width = max(map(len, reads))
+        ids = torch.tensor([[0] * (width - len(read)) + read for read in reads], device=device)
+        attention = torch.tensor([[0] * (width - len(read)) + [1] * len(read) for read in reads], device=device)
+        logits = _forward(model, ids, cache, phrase_mask, last_only=True, attention_mask=attention,
+                          position_ids=(attention.cumsum(-1) - 1).clamp(min=0))
+    for state, read, row_logits in zip(states, reads, logits[:, -1]):
+        state.logits, state.position = row_logits[None], len(read)
+    active = list(range(len(rows)))
+    while active:
+        proposals = [states[i].propose() for i in active]
+        width = max(map(len, proposals))
+        ids = torch.tensor([tokens + tokens[-1:] * (width - len(tokens)) for tokens in proposals], device=device)
+        positions = None
+        if attention is not None:
+            new = torch.tensor([[1] * len(tokens) + [0] * (width - len(tokens)) for tokens in proposals], device=device)
+            attention = torch.cat([attention, new], dim=1)
+            positions = torch.tensor([[states[i].position + j for j in range(width)] for i in active], device=device)
+        out = _forward(model, ids, cache, phrase_mask, attention_mask=attention, position_ids=positions)
+        kept = [states[i].verify(out[n, : len(tokens)]) for n, (i, tokens) in enumerate(zip(active, proposals))]
+        if attention is not None:
+            for n, count in enumerate(kept):
+                attention[n, attention.shape[1] - width + count :] = 0
+        if max(kept) < width:  # the slots no row kept
+            cache.crop(max(kept) - width)  # transformers 5: a negative count removes that many slots
+            attention = attention[:, : attention.shape[1] - width + max(kept)] if attention is not None else None
+        staying = [n for n, i in enumerate(active) if not states[i].finished(max_new_tokens)]
+        if len(staying) < len(active):
+            if staying:
+                index = torch.tensor(staying, device=device)
+                cache.batch_select_indices(index)
+                attention = attention[index] if attention is not None else None
+                phrase_mask = phrase_mask[index] if phrase_mask is not None else None
+            active = [active[n] for n in staying]
+    return [state.output() for state in states]
 
 
 def generate_grounded(model, input_ids: torch.LongTensor, max_new_tokens: int, *, gamma: float, drafter=None,
                       relax_after: int = 0, **kwargs) -> VerifiedOutput:
     """Grounded decoding (``generate_verified`` with ``gamma``) with drafts from ``drafter`` (a
-    ``dynvocab.decoding.drafting.DocumentDrafter`` over the documents read), relaxed by ``gamma`` only inside a copy under way:
-    where at least ``relax_after`` of the text's last tokens stand verbatim before the draft in its document (0:
-    everywhere). ``kwargs`` go to ``generate_verified`` (``context``, ``do_sample``, ``logits_processor``, ...)."""
-    relax = None
-    if drafter is not None and relax_after:
-        relax = lambda text: drafter.anchored(text) >= relax_after  # noqa: E731
-    return generate_verified(model, input_ids, max_new_tokens, gamma=gamma, relax=relax,
+    ``dynvocab.decoding.drafting.DocumentDrafter`` over the documents read), relaxed as ``grounded_relax`` says.
+    ``kwargs`` go to ``generate_verified`` (``context``, ``do_sample``, ``logits_processor``, ...)."""
+    return generate_verified(model, input_ids, max_new_tokens, gamma=gamma, relax=grounded_relax(drafter, relax_after),
                              draft=drafter.draft if drafter is not None else None, **kwargs)
 
 
-def _forward(model, ids: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None,
-             last_only: bool = False) -> torch.Tensor:
-    """The model's scores ``(1, n, V [+ P])`` after each of ``ids`` ``(1, n)``, appending to ``cache``."""
+def grounded_relax(drafter, relax_after: int) -> Callable[[list[int]], bool] | None:
+    """The ``relax`` of grounded decoding: ``drafter`` 's drafts are relaxed by gamma only inside a copy under way,
+    where at least ``relax_after`` of the text's last tokens stand verbatim before the draft in its document (0, or
+    no drafter: everywhere)."""
+    if drafter is None or not relax_after:
+        return None
+    return lambda text: drafter.anchored(text) >= relax_after
+
+
+def _forward(model, ids: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, last_only: bool = False,
+             **inputs: torch.Tensor | None) -> torch.Tensor:
+    """The model's scores ``(B, n, V [+ P])`` after each of ``ids`` ``(B, n)``, appending to ``cache``; ``inputs``:
+    the ``attention_mask`` ``(B, S + n)`` and ``position_ids`` ``(B, n)`` of a padded batch (None: one row)."""
     kwargs = {"logits_to_keep": 1} if last_only else {}
     if mask is not None:
         kwargs["phrase_mask"] = mask
+    kwargs |= {name: value for name, value in inputs.items() if value is not None}
     return model(ids, past_key_values=cache, use_cache=True, **kwargs).logits
+
+
+def _phrase_mask(masks: torch.Tensor | None, rows: list[int | None], device: torch.device) -> torch.Tensor | None:
+    """The ``(B, P)`` phrases each row may use, from the table's per-row ``masks`` (None: every row, every phrase)."""
+    if masks is None or all(row is None for row in rows):
+        return None
+    return torch.stack([masks[row] if row is not None else torch.ones_like(masks[0]) for row in rows]).to(device)
+
+
+@dataclass
+class _Rule:
+    """What every row of a batch decodes by: the phrase table (or None), the LM's vocabulary size, the acceptance
+    rule, the sampling warpers and the end-of-text ids."""
+
+    table: Any
+    vocab: int
+    accept_top_k: int
+    gamma: float | None
+    do_sample: bool
+    warpers: LogitsProcessorList
+    ends: set[int]
+
+
+class _RowDecoding:
+    """One row's decoding so far: its mixed ids ``(1, L + n)``, its text as token ids (for its drafts), the scores
+    ``(1, V [+ P])`` its next step chooses from, its position (tokens read and kept), and the step being verified."""
+
+    def __init__(self, spec: VerifiedRow, rule: _Rule, device: torch.device) -> None:
+        self.spec, self.rule = spec, rule
+        self.processors = spec.logits_processor or LogitsProcessorList()
+        self.stopping = spec.stopping_criteria or StoppingCriteriaList()
+        masks = rule.table.row_masks() if rule.table is not None else None
+        self.mask = None if spec.row is None or masks is None else masks[spec.row : spec.row + 1].to(device)
+        self.ids = torch.tensor([list(spec.input_ids)], device=device)
+        self.text = rule.table.spell(list(spec.input_ids)) if rule.table is not None else list(spec.input_ids)
+        self.logits: torch.Tensor | None = None
+        self.position = self.steps = self.cut = 0
+        self.kept_spans: list[int] = []
+        self.refused: int | None = None  # a sampled proposal the LM refused: left out of the next draw
+        self.ended = False
+
+    def propose(self) -> list[int]:
+        """The tokens this step reads back: the chosen token or phrase and what is drafted after it (the top-k
+        rule), or the grounded rule's proposal."""
+        rule, vocab = self.rule, self.rule.vocab
+        self.scores = self.processors(self.ids, self.logits.float())
+        if rule.gamma is None:
+            chosen = _choose(self.scores[0], rule.do_sample, rule.warpers, self.ids)
+            tokens = list(rule.table.token_ids[chosen - vocab]) if chosen >= vocab else [chosen]
+            first = len(tokens)  # the tokens the model chose itself (a phrase's after its first are verified too)
+            own = int(chosen < vocab)  # of them, the LM's own token
+            if self.spec.draft is not None and chosen < vocab and chosen not in rule.ends:
+                tokens += self.spec.draft(self.text + tokens)
+            step_gamma = None
+        else:
+            probs = _token_probs(self.scores[0, :vocab], rule.do_sample, rule.warpers, self.ids, self.refused)
+            proposals = _Proposals(self.spec.draft, self.spec.relax, rule.gamma)
+            tokens, own, phrase = _grounded_proposal(probs, self.scores[0, vocab:], rule.table, self.text, proposals,
+                                                     rule.do_sample, rule.ends)
+            chosen, first, step_gamma = (tokens[0] if phrase is None else vocab + phrase), 1, proposals.gamma
+        self.step = (tokens, chosen, first, own, step_gamma)
+        return tokens
+
+    def verify(self, logits: torch.Tensor) -> int:
+        """Keep what the rule allows of the proposal, given the model's scores ``(k, V [+ P])`` after each of its
+        ``k`` tokens; write it and hear ``on_step``. Returns how many tokens were kept."""
+        rule, vocab = self.rule, self.rule.vocab
+        tokens, chosen, first, own, step_gamma = self.step
+        rows = _processed_rows(logits.float(), tokens, self.processors, self.ids)
+        if rule.gamma is None:
+            kept = 1 + _count_agreeing(rows, tokens, lambda row, token: token in row[:vocab].topk(
+                min(rule.accept_top_k, vocab)).indices.tolist())
+        else:
+            kept, self.refused = _grounded_kept(rows, tokens, vocab, step_gamma, rule.do_sample, rule.warpers, self.ids)
+        kept = next((j + 1 for j, t in enumerate(tokens[:kept]) if t in rule.ends), kept)  # nothing after an end
+        if kept > first and _stops(self.stopping, self.ids, tokens[:kept], self.scores):  # nor past the stop
+            kept = next(j for j in range(first, kept + 1) if _stops(self.stopping, self.ids, tokens[:j], self.scores))
+        self.cut += kept < len(tokens)
+        if kept > own:
+            self.kept_spans.append(kept - own)
+        whole = chosen if chosen >= vocab and kept == len(tokens) else None
+        written = tokens[:kept] if rule.table is None else _as_ids(tokens[:kept], whole, rule.table, vocab, self.mask)
+        self.ids = torch.cat([self.ids, torch.tensor([written], device=self.ids.device)], dim=1)
+        self.text += tokens[:kept]
+        self.logits, self.position, self.steps = logits[kept - 1][None], self.position + kept, self.steps + 1
+        heard_enough = self.spec.on_step is not None and self.spec.on_step(written)
+        self.ended = heard_enough or tokens[kept - 1] in rule.ends or _stops(self.stopping, self.ids, [], self.scores)
+        return kept
+
+    def finished(self, max_new_tokens: int) -> bool:
+        return self.ended or self.steps >= max_new_tokens
+
+    def output(self) -> VerifiedOutput:
+        return VerifiedOutput(self.ids, self.steps, self.cut, self.kept_spans)
 
 
 def _token_probs(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessorList, ids: torch.Tensor,

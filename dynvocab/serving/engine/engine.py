@@ -1,8 +1,8 @@
 """The engine: check a request against the model, then decode requests together, each row with its own phrase set; a
-request joins the running batch at the next step and leaves it when it ends (``running_batch.RunningBatch``). A
-request with verified or grounded decoding decodes alone, one prompt at a time, as
-``dynvocab.decoding.verification.generate_verified`` does. A request's documents are read by the library's
-``retrieval.DocumentReader``."""
+request joins the running batch at the next step and leaves it when it ends (``running_batch.RunningBatch``).
+Requests with verified or grounded decoding decode in batches of their own rule
+(``dynvocab.decoding.verification.generate_verified_batch``), each row leaving when it ends. A request's documents
+are read by the library's ``retrieval.DocumentReader``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from retrieval.document_states import attach_document_states, document_token_ids
 from retrieval.timing import StageTimer
 
 from ...decoding.citations import cited_share
-from ...decoding.verification import generate_verified
+from ...decoding.verification import VerifiedRow, generate_verified_batch, grounded_relax
 from ...model import DynamicVocabLM
 from ...phrases.mixed_ids import Segment, segments as phrase_segments
 from ...phrases.table import Phrase, PhraseTable
@@ -176,11 +176,15 @@ class Engine:
             raise ApiError(400, f"the phrase settings are refused: {error}", code="invalid_phrase_settings") from None
 
     def batch_key(self, request: CompletionRequest, settings: PipelineConfig, request_id: str) -> tuple:
-        """Requests with equal keys decode alike and may share a batch; a seeded sampled request and a verified one
-        decode alone."""
-        alone = request_id if settings.verify_top_k or settings.grounded or (not request.greedy and request.seed is not None) \
-            else None
-        return request.readback, tuple(sorted(settings.generation_kwargs().items())), settings.state_threshold, alone
+        """Requests with equal keys decode alike and may share a batch: the paper's decoding in the running batch,
+        verified and grounded decoding each in batches of their own rule. A seeded sampled request decodes alone, and
+        so does a verified or grounded one with a state gate (the gate is the model's, not a row's)."""
+        verified = bool(settings.verify_top_k or settings.grounded)
+        alone = request_id if (not request.greedy and request.seed is not None) or (
+            verified and settings.state_threshold is not None) else None
+        rule = (settings.grounded, settings.gamma if settings.grounded else None, settings.verify_top_k)
+        generation = tuple(sorted(settings.generation_kwargs().items()))
+        return request.readback, generation, settings.state_threshold, rule, alone
 
     # ------------------------------------------------------------------ decoding, on the worker thread
     def run(self, jobs: list[Job]) -> list[Completion]:
@@ -210,8 +214,10 @@ class Engine:
             if not jobs and not batch:
                 return
             ended = []
-            if not batch and (jobs[0].settings.verify_top_k or jobs[0].settings.grounded):  # its key is its own
-                self._decode_verified(self._admissions(jobs)[0], finished, on_step)
+            if not batch and (jobs[0].settings.verify_top_k or jobs[0].settings.grounded):  # a batch of one rule
+                first = jobs[0].key
+                admissions = self._gathered(jobs, lambda room: take(first, room), room, time.perf_counter() + wait)
+                self._decode_verified(admissions, finished, on_step)
                 continue
             if not batch:
                 key = jobs[0].key
@@ -241,63 +247,91 @@ class Engine:
             if not len(batch):
                 batch, key = None, None
 
-    def _decode_verified(self, admission: Admission, finished: Callable[[Job, Completion], None],
+    def _decode_verified(self, admissions: list[Admission], finished: Callable[[Job, Completion], None],
                          stepped: Callable[[int, int, float], None] | None = None) -> None:
-        """Decode one request with verified decoding (and drafts from its documents with ``draft_tokens``): each
-        step's kept ids go to its row as they come, so it streams, stops and is cancelled as a batched row is;
-        ``stepped(1, phrases, seconds)`` hears each step, as ``decode``'s ``on_step``."""
-        prepared, row, model = admission.handle, admission.row, self.model
-        settings, start = prepared.job.settings, time.perf_counter()
-        table = model.phrase_table
-        table.keep([])  # the request's phrases alone (the phrase cache keeps the vectors of others)
-        table.add_validated(table.validate(admission.phrases))
-        model.refresh_phrase_vectors(only_new=True)
-        keys = None
-        if settings.state_threshold is not None and admission.documents:
-            keys = state_keys(self.document_states, admission.documents, table.token_ids, settings.state_threshold)
+        """Decode requests of one key with verified or grounded decoding, in one batch
+        (``generate_verified_batch``): each row reads its own documents and drafts from them, and each step's kept ids
+        go to its row as they come, so a row streams, stops, is cancelled and finishes as a running batch's row
+        does; ``stepped(rows, phrases, seconds)`` hears each step, as ``decode``'s ``on_step``."""
+        model, start = self.model, time.perf_counter()
+        settings = admissions[0].handle.job.settings  # one key: one rule
+        model.set_phrases([admission.phrases for admission in admissions], mid_sentence_forms=False)
+        keys = None  # a state gate decodes alone (batch_key)
+        if settings.state_threshold is not None and admissions[0].documents:
+            keys = state_keys(self.document_states, admissions[0].documents, model.phrase_table.token_ids,
+                              settings.state_threshold)
+        rows = [self._verified_row(admission, number) for number, admission in enumerate(admissions)]
+        for admission in admissions:
+            admission.handle.stages["encode"] = (time.perf_counter() - start) / len(admissions)
+        if admissions[0].seed is not None:
+            torch.manual_seed(admissions[0].seed)
+        decoding = time.perf_counter()
+        ended: set[int] = set()
+        step = {"last": -1, "rows": 0, "phrases": 0, "start": decoding}  # the batch step the rows are hearing
+
+        def report(number: int) -> None:
+            """Hand ``stepped`` the step before once a new one starts: the rows hear each step in their order."""
+            if step["rows"] and number <= step["last"]:
+                if stepped is not None:
+                    stepped(step["rows"], step["phrases"], time.perf_counter() - step["start"])
+                step.update(rows=0, phrases=0, start=time.perf_counter())
+            step["last"] = number
+
+        def end(number: int) -> None:
+            """Hand row ``number``'s completion over as soon as it ends, not when the batch does."""
+            ended.add(number)
+            prepared = admissions[number].handle
+            prepared.stages["decode"] = time.perf_counter() - decoding
+            completion = self._completion(prepared, admissions[number].row)
+            prepared.job.on_done(completion)
+            finished(prepared.job, completion)
+
+        def heard(number: int) -> Callable[[list[int]], bool]:
+            row = admissions[number].row
+
+            def on_step(ids: list[int]) -> bool:
+                report(number)
+                step["rows"] += 1
+                step["phrases"] += sum(token >= model.vocab_size for token in ids)
+                for token in ids:
+                    row.step(token, lambda new: model.decode(new, skip_special_tokens=True), self.eos, model.vocab_size)
+                    if row.done:
+                        end(number)
+                        return True
+                return False
+
+            return on_step
+
+        for number, row in enumerate(rows):
+            row.on_step = heard(number)
+        with model.state_gate(keys):
+            generate_verified_batch(model, rows, max(admission.row.max_tokens for admission in admissions),
+                                    accept_top_k=settings.verify_top_k or 1,
+                                    gamma=settings.gamma if settings.grounded else None, do_sample=settings.do_sample,
+                                    top_p=settings.top_p, temperature=settings.temperature)
+        report(-1)  # the last step
+        for number in range(len(admissions)):
+            if number not in ended:  # ended by the decoding itself (its steps), not by its row
+                end(number)
+
+    def _verified_row(self, admission: Admission, number: int) -> VerifiedRow:
+        """One request as a row of verified or grounded decoding: its prompt (after its documents, grounded), its
+        phrase set ``number``, the drafts from its documents and its own safeguards."""
+        model, prepared = self.model, admission.handle
+        settings = prepared.job.settings
         reader = DocumentReader(model, settings)
         read = reader.read(prepared.documents) if settings.grounded else prepared.documents
         drafter = reader.drafter(read) if settings.draft_tokens else None
-        grounding = {}
-        if settings.grounded:
-            context = reader.context_ids(prepared.documents)
-            prompt = model.tokenizer(prepared.job.request.prompt, add_special_tokens=not context)["input_ids"]
-            relax = (lambda text: drafter.anchored(text) >= settings.relax_after) if drafter and settings.relax_after \
-                else None
-            grounding = {"gamma": settings.gamma, "relax": relax,
-                         "context": torch.tensor([context], device=model.device) if context else None}
-        else:
-            prompt = admission.prompt_ids
-        prepared.stages["encode"] = time.perf_counter() - start
         gate = {"phrase_contexts": admission.contexts} if admission.contexts is not None else {}
-        if settings.grounded:  # the n-gram guard judges the continuation: copying the documents is allowed
-            gate["no_repeat_ngram_scope"] = "new"
-        processors = model.phrase_processors_in(settings.generation_kwargs() | gate)
-        if admission.seed is not None:
-            torch.manual_seed(admission.seed)
-        last = time.perf_counter()
-
-        def on_step(ids: list[int]) -> bool:
-            nonlocal last
-            if stepped is not None:
-                stepped(1, sum(token >= model.vocab_size for token in ids), time.perf_counter() - last)
-                last = time.perf_counter()
-            for token in ids:
-                row.step(token, lambda new: model.decode(new, skip_special_tokens=True), self.eos, model.vocab_size)
-                if row.done:
-                    return True
-            return False
-
-        decoding = last
-        with model.state_gate(keys):
-            generate_verified(model, torch.tensor([prompt], device=model.device), row.max_tokens,
-                              accept_top_k=settings.verify_top_k or 1, do_sample=settings.do_sample,
-                              top_p=settings.top_p, temperature=settings.temperature, logits_processor=processors,
-                              draft=drafter.draft if drafter else None, on_step=on_step, **grounding)
-        prepared.stages["decode"] = time.perf_counter() - decoding
-        completion = self._completion(prepared, row)
-        prepared.job.on_done(completion)
-        finished(prepared.job, completion)
+        if not settings.grounded:
+            return VerifiedRow(admission.prompt_ids, row=number, draft=drafter.draft if drafter else None,
+                               logits_processor=model.phrase_processors_in(settings.generation_kwargs() | gate))
+        context = reader.context_ids(prepared.documents)
+        prompt = model.tokenizer(prepared.job.request.prompt, add_special_tokens=not context)["input_ids"]
+        gate["no_repeat_ngram_scope"] = "new"  # the n-gram guard judges the continuation: copying documents is allowed
+        return VerifiedRow(prompt, context, number, drafter.draft if drafter else None,
+                           grounded_relax(drafter, settings.relax_after),
+                           model.phrase_processors_in(settings.generation_kwargs() | gate))
 
     def _gathered(self, jobs: list[Job], take: Callable[[int], list[Job]], room: int, deadline: float) -> list[Admission]:
         """``jobs`` and those of their key that arrive until ``deadline`` (or until ``room`` is full), prepared as

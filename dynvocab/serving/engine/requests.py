@@ -61,15 +61,16 @@ class CompletionRequest(BaseModel):
     phrase_max_uses: int | None = Field(None, ge=0)
     context_tokens: int | None = Field(None, ge=0)
     state_threshold: float | None = Field(None, ge=-1.0, le=1.0)
-    # grounded decoding (default with documents; the request then decodes alone): the LM reads the top documents and
-    # writes every token, phrases and drafts propose, copied spans cite their documents
+    # grounded decoding (default with documents; batched with requests of the same gamma): the LM reads the top
+    # documents and writes every token, phrases and drafts propose, copied spans cite their documents
     grounded: bool | None = None
     gamma: float | None = Field(None, gt=0.0, le=1.0)
     relax_after: int | None = Field(None, ge=0)
     read_documents: int | None = Field(None, ge=0)
     read_tokens: int | None = Field(None, ge=0)
     cite_tokens: int | None = Field(None, ge=1)
-    # verified decoding (the request then decodes alone): phrases kept as far as the LM agrees, drafts from documents
+    # verified decoding (batched with requests of the same rule): phrases kept as far as the LM agrees, drafts from
+    # documents
     verify_top_k: int | None = Field(None, ge=0)
     draft_tokens: int | None = Field(None, ge=0)
     first_token_mass: bool | None = None

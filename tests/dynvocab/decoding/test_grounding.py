@@ -10,8 +10,8 @@ from dynvocab import DynamicVocabLM
 from dynvocab.decoding.citations import cite, cited_share
 from dynvocab.decoding.drafting import DocumentDrafter
 from dynvocab.decoding.repetition import PhraseNoRepeatNGram
-from dynvocab.decoding.verification import accept_relaxed, generate_verified
-from tests.helpers import PhrasesAlwaysWin, TableLM
+from dynvocab.decoding.verification import VerifiedRow, accept_relaxed, generate_verified, generate_verified_batch
+from tests.helpers import PhrasesAlwaysWin, PreferPhrases, TableLM
 
 DOCUMENT = " The river rises in the northern hills and flows south through the old town to the sea."
 
@@ -213,3 +213,51 @@ def test_the_drafter_tells_how_long_a_verbatim_run_its_draft_continues():
     assert copied.draft([5, 6, 7, 3]) == [] and copied.anchored([5, 6, 7, 3]) == 0  # nothing drafted
     own = DocumentDrafter([], draft_tokens=2, min_context=2)
     assert own.draft([1, 2, 3, 1, 2]) == [3, 1] and own.anchored([1, 2, 3, 1, 2]) == 0  # a draft from the text itself
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.05])
+def test_a_batch_of_prompts_writes_what_each_prompt_writes_alone(base_model, tokenizer, gamma):
+    """Rows of different lengths, each with its own documents, drafts and n-gram guard, decoded in one batch: the
+    slots a row rejects stay masked in the shared cache and its positions count its own tokens, so each row writes
+    exactly what it writes alone (at gamma = 1 the first row, unguarded, writes the LM's own text given its
+    documents)."""
+    documents = [DOCUMENT, " Mountains rise above the valley floor, and the valley floor is green.", " A"]
+    prompts = [" The city of", " In the north of the old country the river", " Bridges"]
+    reference = _greedy(base_model, torch.tensor([tokenizer(documents[0]).input_ids + tokenizer(prompts[0]).input_ids]), 60)
+
+    def row(n: int) -> VerifiedRow:
+        context = tokenizer(documents[n]).input_ids
+        drafted = [context, tokenizer(" zebra").input_ids + reference[3:16]] if n == 0 else [context]
+        guard = LogitsProcessorList([PhraseNoRepeatNGram(3, base_model.config.vocab_size, [], "new")] if n else [])
+        return VerifiedRow(tokenizer(prompts[n]).input_ids, context, draft=DocumentDrafter(drafted, 6, min_context=1).draft,
+                           logits_processor=guard)
+
+    alone = [generate_verified_batch(base_model, [row(n)], 12, gamma=gamma)[0] for n in range(3)]
+    together = generate_verified_batch(base_model, [row(n) for n in range(3)], 12, gamma=gamma)
+    for one, batched in zip(alone, together):
+        assert batched.sequences.tolist() == one.sequences.tolist()
+        assert (batched.steps, batched.cut, batched.kept_spans) == (one.steps, one.cut, one.kept_spans)
+    assert sum(out.copied_tokens for out in together) > 0  # rows kept drafts of different lengths
+    if gamma == 1.0:
+        first = together[0].sequences[0, len(tokenizer(prompts[0]).input_ids) :].tolist()
+        assert first == reference[: len(first)]
+
+
+def test_a_batch_of_prompts_with_their_own_phrase_sets_writes_what_each_writes_alone(llama, tokenizer):
+    """The paper's verified mode in a batch: each row picks among its own phrases (per-row ``set_phrases``)."""
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.scorer = PreferPhrases()  # a phrase of the row's own set wins every step
+    model.set_phrases([[" the river", " of the old town"], [" a green valley"]], mid_sentence_forms=False)
+    rows = [VerifiedRow(tokenizer(" The city of").input_ids, row=0), VerifiedRow(tokenizer(" Far").input_ids, row=1)]
+    every = model.vocab_size  # the LM's top-k of every token: each phrase is kept whole
+    together = generate_verified_batch(model, rows, 6, accept_top_k=every)
+    for spec, batched, own in zip(rows, together, ({" the river", " of the old town"}, {" a green valley"})):
+        alone = generate_verified(model, torch.tensor([spec.input_ids]), 6, accept_top_k=every, row=spec.row)
+        assert batched.sequences.tolist() == alone.sequences.tolist()
+        phrases = [model.phrase_table.phrases[i - model.vocab_size].text for i in batched.sequences[0].tolist()
+                   if i >= model.vocab_size]
+        assert phrases and set(phrases) <= own  # phrases of the row's own set, and only those
+    with pytest.raises(ValueError, match="past_key_values holds one prompt's prefix"):
+        from transformers import DynamicCache
+
+        generate_verified_batch(model, rows, 6, past_key_values=DynamicCache())

@@ -1,5 +1,6 @@
-"""Grounded requests (the default with documents) decode alone: the LM reads the documents and writes every token;
-with gamma = 1 the text is the LM's own given the documents, and each copied span cites its document."""
+"""Grounded requests (the default with documents) decode in batches of their rule: the LM reads each request's own
+documents and writes every token; with gamma = 1 the text is the LM's own given the documents, alone or batched, and
+each copied span cites its document."""
 
 import pytest
 import torch
@@ -21,9 +22,9 @@ def drafts_always_pay(monkeypatch):
     monkeypatch.setattr(reading, "draft_step_cost", lambda model, draft_tokens: 0.0)
 
 
-def decode_all(engine, requests: list[dict]) -> list:
+def decode_all(engine, requests: list[dict], steps: list | None = None) -> list:
     """``requests`` queued together and handed to ``engine.decode`` as the batcher hands them over (the oldest job's
-    key first): their completions."""
+    key first): their completions; ``steps`` hears the rows of each decoding step."""
     waiting, done = [job(engine, fields, n) for n, fields in enumerate(requests)], {}
     names = [made.request_id for made in waiting]
 
@@ -33,7 +34,8 @@ def decode_all(engine, requests: list[dict]) -> list:
         waiting[:] = [made for made in waiting if made not in taken]
         return taken
 
-    engine.decode(take, lambda made, completion: done.__setitem__(made.request_id, completion))
+    engine.decode(take, lambda made, completion: done.__setitem__(made.request_id, completion),
+                  (lambda rows, *_: steps.append(rows)) if steps is not None else None)
     return [done[name] for name in names]
 
 
@@ -46,14 +48,16 @@ def lm_text(engine, documents: list[str], prompt: str, max_tokens: int) -> str:
     return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
-def test_grounded_requests_write_the_lm_text_given_their_documents_alone_and_queued_together(make_engine):
+def test_grounded_requests_write_the_lm_text_given_their_documents_alone_and_batched(make_engine):
     engine = make_engine()
     bare = lm_text(engine, [], PROMPT, 48)
     requests = [{"prompt": PROMPT, "max_tokens": 12, "documents": [PROMPT + bare], "gamma": 1.0},
                 {"prompt": "A bridge", "max_tokens": 10, "documents": ["The old bridge crosses the river.", "Rivers."],
                  "gamma": 1.0},
                 {"prompt": PROMPT, "max_tokens": 12, "documents": ["Nothing about it."], "gamma": 1.0}]
-    together = decode_all(engine, requests)
+    steps: list[int] = []
+    together = decode_all(engine, requests, steps)
+    assert steps[0] == 3 and steps == sorted(steps, reverse=True)  # one batch, rows leaving as they end
     for fields, completion in zip(requests, together):
         reference = lm_text(engine, fields["documents"][:2], fields["prompt"], 4 * fields["max_tokens"])
         assert reference.startswith(completion.text) and completion.text

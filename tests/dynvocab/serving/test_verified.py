@@ -1,6 +1,6 @@
-"""Verified requests (``verify_top_k``, drafts with ``draft_tokens``) decode alone: with ``verify_top_k=1`` and
-``agreement_top_k=1`` the text is the bare LM's greedy text, in fewer steps when a document holds it; it streams,
-stops and is seeded as a batched row is."""
+"""Verified requests (``verify_top_k``, drafts with ``draft_tokens``) decode in batches of their rule (one with a
+state gate alone): with ``verify_top_k=1`` and ``agreement_top_k=1`` the text is the bare LM's greedy text, in fewer
+steps when a document holds it; it streams, stops and is seeded as a running batch's row is."""
 
 import pytest
 
@@ -46,8 +46,12 @@ def test_a_verified_drafted_request_writes_the_bare_lm_s_text(make_engine, max_p
         assert "".join(s["text"] for s in verified.segments) == verified.text
     if not max_phrases:  # a drafted step keeps several tokens (nothing is drafted after a phrase)
         assert len(steps[0]) == 16 and len(steps[4]) <= 16 // 2
+    assert engine.batch_key(*_checked(engine, holding_it | lossless), "a") == \
+        engine.batch_key(*_checked(engine, holding_it | lossless), "b")  # requests of one rule share a batch
+    gated = holding_it | lossless | {"state_threshold": 0.5}
+    assert engine.batch_key(*_checked(engine, gated), "a") != engine.batch_key(*_checked(engine, gated), "b")
     assert engine.batch_key(*_checked(engine, holding_it | lossless), "a") != \
-        engine.batch_key(*_checked(engine, holding_it | lossless), "b")  # each decodes alone
+        engine.batch_key(*_checked(engine, holding_it | {"verify_top_k": 2, "agreement_top_k": 1}), "a")
 
 
 def _checked(engine, fields: dict) -> tuple:
