@@ -13,7 +13,7 @@ import torch
 from dynvocab import DynamicVocabLM, ShortlistConfig, ShortlistScorer
 from dynvocab.decoding.citations import cite
 from dynvocab.decoding.drafting import DocumentDrafter
-from dynvocab.decoding.verification import generate_verified
+from dynvocab.decoding.verification import VerifiedRow, generate_verified, generate_verified_batch
 from dynvocab.hardware.precision import encode_autocast_dtype
 from tests.helpers import PhrasesAlwaysWin, RandomScorer, TableLM
 
@@ -151,3 +151,29 @@ def test_speculative_sampling_on_the_gpu_keeps_the_lm_distribution():
         counts[tuple(out.sequences[0, 1:3].tolist())] += 1
     distance = 0.5 * sum(abs(counts[k] / draws - exact[k]) for k in exact)
     assert distance < 0.05, (distance, counts, exact)
+
+
+def test_a_grounded_batch_on_the_gpu_writes_what_each_prompt_writes_alone(base_model, tokenizer):
+    """Rows of different lengths and documents in one batch on the GPU, their refused slots masked out of the shared
+    cache: each row writes what it writes alone (at gamma 1 and relaxed)."""
+    lm = base_model.to(CUDA)
+    documents = [" The river rises in the northern hills and flows south.", " Mountains rise above the green valley.", " A"]
+    prompts = [" The city of", " In the north of the old country the river", " Bridges"]
+    with torch.no_grad():
+        ids = torch.tensor([tokenizer(documents[0]).input_ids + tokenizer(prompts[0]).input_ids], device=CUDA)
+        reference = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40,
+                                do_sample=False)[0, ids.shape[1]:].tolist()
+
+    def row(n: int) -> VerifiedRow:
+        context = tokenizer(documents[n]).input_ids
+        drafted = [context, reference[2:16]] if n == 0 else [context]
+        return VerifiedRow(tokenizer(prompts[n]).input_ids, context,
+                           draft=DocumentDrafter(drafted, 6, min_context=1, step_cost=0.0).draft)
+
+    for gamma in (1.0, 0.05):
+        alone = [generate_verified_batch(lm, [row(n)], 10, gamma=gamma)[0] for n in range(3)]
+        together = generate_verified_batch(lm, [row(n) for n in range(3)], 10, gamma=gamma)
+        assert together[0].sequences.device.type == CUDA.type
+        for one, batched in zip(alone, together):
+            assert batched.sequences.tolist() == one.sequences.tolist() and batched.kept_spans == one.kept_spans
+        assert sum(out.copied_tokens for out in together) > 0
