@@ -155,6 +155,7 @@ def generate_verified_batch(
     temperature: float = 1.0,
     eos_token_id: int | None = None,
     past_key_values: DynamicCache | None = None,
+    on_batch_step: Callable[[list[list[int]]], None] | None = None,
 ) -> list[VerifiedOutput]:
     """``generate_verified`` for several prompts in one batch: one forward call per step reads every row's proposal.
 
@@ -162,6 +163,7 @@ def generate_verified_batch(
     did not keep (its rejected and padding tokens) stay in the KV cache masked out, each row's positions counting
     its own kept tokens only, so every row reads what it would read alone. Slots no row kept are cropped, and a row
     that ends leaves the batch. One output per row, in order; ``past_key_values`` (a shared prefix) only with one row.
+    ``on_batch_step`` hears each step once, after every row's ``on_step``: the mixed ids each row in it wrote.
     """
     if not rows:
         return []
@@ -214,6 +216,8 @@ def generate_verified_batch(
             positions = torch.tensor([[states[i].position + j for j in range(width)] for i in active], device=device)
         out = _forward(model, ids, cache, phrase_mask, attention_mask=attention, position_ids=positions)
         kept = [states[i].verify(out[n, : len(tokens)]) for n, (i, tokens) in enumerate(zip(active, proposals))]
+        if on_batch_step is not None:
+            on_batch_step([states[i].written for i in active])
         if attention is not None:
             for n, count in enumerate(kept):
                 attention[n, attention.shape[1] - width + count :] = 0
@@ -297,6 +301,7 @@ class _RowDecoding:
         self.position = self.steps = self.cut = 0
         self.kept_spans: list[int] = []
         self.refused: int | None = None  # a sampled proposal the LM refused: left out of the next draw
+        self.written: list[int] = []  # the mixed ids the last step wrote
         self.ended = False
 
     def propose(self) -> list[int]:
@@ -341,7 +346,7 @@ class _RowDecoding:
         whole = chosen if chosen >= vocab and kept == len(tokens) else None
         written = tokens[:kept] if rule.table is None else _as_ids(tokens[:kept], whole, rule.table, vocab, self.mask)
         self.ids = torch.cat([self.ids, torch.tensor([written], device=self.ids.device)], dim=1)
-        self.text += tokens[:kept]
+        self.text, self.written = self.text + tokens[:kept], written
         self.logits, self.position, self.steps = logits[kept - 1][None], self.position + kept, self.steps + 1
         heard_enough = self.spec.on_step is not None and self.spec.on_step(written)
         self.ended = heard_enough or tokens[kept - 1] in rule.ends or _stops(self.stopping, self.ids, [], self.scores)

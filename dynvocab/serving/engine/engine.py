@@ -265,17 +265,15 @@ class Engine:
             admission.handle.stages["encode"] = (time.perf_counter() - start) / len(admissions)
         if admissions[0].seed is not None:
             torch.manual_seed(admissions[0].seed)
-        decoding = time.perf_counter()
+        decoding = last = time.perf_counter()
         ended: set[int] = set()
-        step = {"last": -1, "rows": 0, "phrases": 0, "start": decoding}  # the batch step the rows are hearing
 
-        def report(number: int) -> None:
-            """Hand ``stepped`` the step before once a new one starts: the rows hear each step in their order."""
-            if step["rows"] and number <= step["last"]:
-                if stepped is not None:
-                    stepped(step["rows"], step["phrases"], time.perf_counter() - step["start"])
-                step.update(rows=0, phrases=0, start=time.perf_counter())
-            step["last"] = number
+        def batch_step(written: list[list[int]]) -> None:
+            nonlocal last
+            if stepped is not None:
+                phrases = sum(token >= model.vocab_size for ids in written for token in ids)
+                stepped(len(written), phrases, time.perf_counter() - last)
+            last = time.perf_counter()
 
         def end(number: int) -> None:
             """Hand row ``number``'s completion over as soon as it ends, not when the batch does."""
@@ -290,9 +288,6 @@ class Engine:
             row = admissions[number].row
 
             def on_step(ids: list[int]) -> bool:
-                report(number)
-                step["rows"] += 1
-                step["phrases"] += sum(token >= model.vocab_size for token in ids)
                 for token in ids:
                     row.step(token, lambda new: model.decode(new, skip_special_tokens=True), self.eos, model.vocab_size)
                     if row.done:
@@ -308,8 +303,7 @@ class Engine:
             generate_verified_batch(model, rows, max(admission.row.max_tokens for admission in admissions),
                                     accept_top_k=settings.verify_top_k or 1,
                                     gamma=settings.gamma if settings.grounded else None, do_sample=settings.do_sample,
-                                    top_p=settings.top_p, temperature=settings.temperature)
-        report(-1)  # the last step
+                                    top_p=settings.top_p, temperature=settings.temperature, on_batch_step=batch_step)
         for number in range(len(admissions)):
             if number not in ended:  # ended by the decoding itself (its steps), not by its row
                 end(number)

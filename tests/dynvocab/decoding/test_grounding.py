@@ -233,7 +233,10 @@ def test_a_batch_of_prompts_writes_what_each_prompt_writes_alone(base_model, tok
                            logits_processor=guard)
 
     alone = [generate_verified_batch(base_model, [row(n)], 12, gamma=gamma)[0] for n in range(3)]
-    together = generate_verified_batch(base_model, [row(n) for n in range(3)], 12, gamma=gamma)
+    heard: list[list[list[int]]] = []  # each step: what each row in it wrote
+    together = generate_verified_batch(base_model, [row(n) for n in range(3)], 12, gamma=gamma,
+                                       on_batch_step=heard.append)
+    assert len(heard[0]) == 3 and sum(map(len, heard)) == sum(out.steps for out in together)
     for one, batched in zip(alone, together):
         assert batched.sequences.tolist() == one.sequences.tolist()
         assert (batched.steps, batched.cut, batched.kept_spans) == (one.steps, one.cut, one.kept_spans)
