@@ -188,23 +188,11 @@ def generate_verified_batch(
     states = [_RowDecoding(spec, rule, device) for spec in rows]
     reads = [list(spec.context) + list(spec.input_ids) for spec in rows]
     cache = past_key_values if past_key_values is not None else DynamicCache()
-    done = cache.get_seq_length()
-    if done >= len(reads[0]):
-        raise ValueError(f"past_key_values holds {done} tokens of an input of {len(reads[0])}: keep at least its last "
-                         "token out of it, to be read now")
     phrase_mask = _phrase_mask(masks, [spec.row for spec in rows], device)
-    if len(rows) == 1:  # one row has no padding: no mask, and the cache is cropped to what it kept
-        attention = None
-        logits = _forward(model, torch.tensor([reads[0][done:]], device=device), cache, phrase_mask, last_only=True)
-    else:
-        width = max(map(len, reads))
-        ids = torch.tensor([[0] * (width - len(read)) + read for read in reads], device=device)
-        attention = torch.tensor([[0] * (width - len(read)) + [1] * len(read) for read in reads], device=device)
-        logits = _forward(model, ids, cache, phrase_mask, last_only=True, attention_mask=attention,
-                          position_ids=(attention.cumsum(-1) - 1).clamp(min=0))
-    for state, read, row_logits in zip(states, reads, logits[:, -1]):
+    logits, attention = _prefill(model, reads, cache, phrase_mask)
+    for state, read, row_logits in zip(states, reads, logits):
         state.logits, state.position = row_logits[None], len(read)
-    active = list(range(len(rows)))
+    active = list(range(len(rows))) if max_new_tokens > 0 else []
     while active:
         proposals = [states[i].propose() for i in active]
         width = max(map(len, proposals))
@@ -262,6 +250,26 @@ def _forward(model, ids: torch.Tensor, cache: DynamicCache, mask: torch.Tensor |
         kwargs["phrase_mask"] = mask
     kwargs |= {name: value for name, value in inputs.items() if value is not None}
     return model(ids, past_key_values=cache, use_cache=True, **kwargs).logits
+
+
+def _prefill(model, reads: list[list[int]], cache: DynamicCache,
+             phrase_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Read every row's context and prompt (``reads``) into ``cache``: the scores ``(B, V [+ P])`` after each, and
+    the batch's attention mask ``(B, S)`` over the left-padded rows. One row has no padding and no mask (its cache is
+    cropped to what it keeps), and its cache may hold a prefix already: only the rest is read."""
+    device, done = model.device, cache.get_seq_length()
+    if done >= len(reads[0]):
+        raise ValueError(f"past_key_values holds {done} tokens of an input of {len(reads[0])}: keep at least its last "
+                         "token out of it, to be read now")
+    if len(reads) == 1:
+        rest = torch.tensor([reads[0][done:]], device=device)
+        return _forward(model, rest, cache, phrase_mask, last_only=True)[:, -1], None
+    width = max(map(len, reads))
+    ids = torch.tensor([[0] * (width - len(read)) + read for read in reads], device=device)
+    attention = torch.tensor([[0] * (width - len(read)) + [1] * len(read) for read in reads], device=device)
+    logits = _forward(model, ids, cache, phrase_mask, last_only=True, attention_mask=attention,
+                      position_ids=(attention.cumsum(-1) - 1).clamp(min=0))
+    return logits[:, -1], attention
 
 
 def _phrase_mask(masks: torch.Tensor | None, rows: list[int | None], device: torch.device) -> torch.Tensor | None:

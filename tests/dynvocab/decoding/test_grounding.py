@@ -264,3 +264,10 @@ def test_a_batch_of_prompts_with_their_own_phrase_sets_writes_what_each_writes_a
         from transformers import DynamicCache
 
         generate_verified_batch(model, rows, 6, past_key_values=DynamicCache())
+
+
+def test_no_new_tokens_asked_writes_nothing(llama, tokenizer):
+    rows = [VerifiedRow(tokenizer(" The city of").input_ids), VerifiedRow(tokenizer(" Far").input_ids)]
+    outputs = generate_verified_batch(llama, rows, 0, gamma=1.0)
+    assert [out.sequences[0].tolist() for out in outputs] == [row.input_ids for row in rows]
+    assert [out.steps for out in outputs] == [0, 0]
