@@ -146,7 +146,8 @@ class TableLM(torch.nn.Module):
     def get_output_embeddings(self) -> torch.nn.Module:
         return self.head
 
-    def forward(self, ids, past_key_values=None, use_cache=True, logits_to_keep=0):
+    def forward(self, ids, past_key_values=None, use_cache=True, logits_to_keep=0, **padding):
+        """``padding``: a batch's ``attention_mask`` and ``position_ids``, which the last token alone makes moot."""
         logits = self.table[ids]
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
 

@@ -125,6 +125,23 @@ def test_speculative_sampling_keeps_the_lm_distribution_whatever_is_drafted():
     assert distance < 0.04, (distance, counts, exact)
 
 
+def test_speculative_sampling_keeps_the_lm_distribution_of_every_row_of_a_batch():
+    """Two rows decoded together, each drafting differently: each row's two tokens keep the LM's law."""
+    torch.manual_seed(3)
+    table = torch.log_softmax(torch.randn(4, 4) * 1.5, dim=-1)
+    probs = table.exp()
+    exact = {(a, b): float(probs[0, a] * probs[a, b]) for a, b in itertools.product(range(4), repeat=2)}
+    counts = [dict.fromkeys(exact, 0), dict.fromkeys(exact, 0)]
+    draws = 2000
+    rows = [VerifiedRow([0], draft=lambda text: [3, 3, 3]), VerifiedRow([0], draft=lambda text: [1, 2])]
+    for _ in range(draws):
+        for count, out in zip(counts, generate_verified_batch(TableLM(table), rows, 2, gamma=0.5, do_sample=True)):
+            count[tuple(out.sequences[0, 1:3].tolist())] += 1
+    for count in counts:
+        distance = 0.5 * sum(abs(count[k] / draws - exact[k]) for k in exact)
+        assert distance < 0.05, (distance, count, exact)
+
+
 def test_nucleus_sampling_with_drafts_keeps_the_lm_nucleus_distribution():
     """top_p = 0.7: each step's law is the LM's, cut to its nucleus and renormalised, whatever the drafts propose
     (3 lies outside the nucleus after 0, so a draft of it is always refused there)."""
