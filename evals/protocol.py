@@ -397,14 +397,16 @@ class Generators:
         special = set(self.tokenizer.all_special_ids)
         tokens = [t for t in ids if t not in special]
         citations = cite(tokens, [d["text"] for d in documents], self.tokenizer, self.config.cite_tokens)
-        return self._citation_record(citations, documents, self.tokenizer.decode(tokens), copied=0)
+        return self._citation_record(citations, documents, self.tokenizer.decode(tokens), kept_spans=[])
 
-    def _citation_record(self, citations: list, documents: list[dict], text: str, copied: int) -> dict:
-        """A continuation's copied tokens, its tokens, and its citations: their count, the share of its characters
-        they cover, and whether each stands verbatim at its offset in its document."""
+    def _citation_record(self, citations: list, documents: list[dict], text: str, kept_spans: list[int]) -> dict:
+        """A continuation's copied tokens (``kept_spans``: the tokens each step kept beyond the LM's own), the steps
+        that copied, its tokens, and its citations: their count, the share of its characters they cover, and whether
+        each stands verbatim at its offset in its document."""
         from dynvocab.decoding.citations import cited_share
 
-        return {"copied_tokens": copied, "tokens": len(self.tokenizer(text, add_special_tokens=False).input_ids),
+        return {"copied_tokens": sum(kept_spans), "copy_steps": len(kept_spans),
+                "tokens": len(self.tokenizer(text, add_special_tokens=False).input_ids),
                 "citations": len(citations), "cited_share": cited_share(citations, text),
                 "cited_verbatim": all(documents[c.document]["text"][c.document_start :].startswith(c.text)
                                       for c in citations)}
@@ -473,7 +475,7 @@ class Generators:
         pipeline = PhrasePipeline(model, self.index, self._grounded_config(spec))
         results = pipeline.batch([item["prompt"] for item in items], max_chars=[len(item["reference"]) for item in items])
         return [{"text": r.text, "steps": r.steps, "phrase_steps": r.phrase_steps, "phrases": r.num_phrases,
-                 "latency": r.latency, **self._citation_record(r.citations, r.documents, r.text, r.copied_tokens)}
+                 "latency": r.latency, **self._citation_record(r.citations, r.documents, r.text, r.kept_spans)}
                 for r in results]
 
     def _dynamic(self, spec: SystemSpec, items: list[dict]) -> list[dict]:

@@ -90,6 +90,9 @@ def grounding_figures(records: list[dict], timed: list[dict]) -> dict:
         figures |= {"cited_share": float(np.mean([r["cited_share"] for r in cited])),
                     "cited_verbatim": all(r["cited_verbatim"] for r in cited),
                     "copied_share": sum(r["copied_tokens"] for r in cited) / max(1, sum(r["tokens"] for r in cited))}
+        copying = [r for r in cited if r.get("copy_steps")]  # generations of older runs did not count their steps
+        if copying:
+            figures["mean_kept_span"] = sum(r["copied_tokens"] for r in copying) / sum(r["copy_steps"] for r in copying)
     return figures
 
 
@@ -387,19 +390,21 @@ def closeness_table(results: dict, config) -> str:
     """ROUGE against the author's continuation, copied and cited shares and time per character for every system,
     with paired bootstrap intervals of each system's ROUGE over the bare LM's and bare-rag's (same safeguards)."""
     rows = ["Closeness to what the author wrote next (ROUGE F ×100, Porter stemming), with the mean paired "
-            "difference and its 95% bootstrap interval over prompts; copied: tokens kept from drafts and phrases; "
+            "difference and its 95% bootstrap interval over prompts; copied: tokens kept from drafts and phrases, "
+            "and the mean tokens a step that copied kept beyond the LM's own (span); "
             "cited: non-space characters in spans of at least "
             f"{config.cite_tokens} tokens found verbatim in the documents in the system's context; held-out PPL: "
             "the reference's perplexity, teacher-forced, under the system's LM given the prompt and the documents it "
             "reads (none for phrase systems); time per character end to end over the timed prompts.\n",
             "| system | ROUGE-1 | ROUGE-2 | ROUGE-L | ROUGE-L − bare | ROUGE-2 − bare-rag | ROUGE-L − bare-rag "
-            "| copied | cited | held-out PPL | ms/char |", "|---" * 11 + "|"]
+            "| copied | span | cited | held-out PPL | ms/char |", "|---" * 12 + "|"]
     for system, m in results.items():
         cells = [f"{m[kind]:.2f}" for kind in ROUGE_TYPES]
         for kind, base in (("rougeL", "bare"), ("rouge2", "bare-rag"), ("rougeL", "bare-rag")):
             against = _matched(system, base, results, config)
             cells.append("-" if against in (None, system) else _difference(results, system, against, kind).cell())
         cells += [f"{100 * m['copied_share']:.0f}%" if "copied_share" in m else "-",
+                  f"{m['mean_kept_span']:.1f}" if "mean_kept_span" in m else "-",
                   f"{100 * m['cited_share']:.0f}%" if "cited_share" in m else "-",
                   f"{m['reference_perplexity']:.2f}" if "reference_perplexity" in m else "-",
                   f"{m['ms_per_char']:.2f}" if "ms_per_char" in m else "-"]

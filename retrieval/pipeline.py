@@ -52,6 +52,7 @@ class PipelineResult:
     latency: dict[str, float]
     citations: list[Citation] = field(default_factory=list)
     copied_tokens: int = 0
+    kept_spans: list[int] = field(default_factory=list)  # the tokens each step kept beyond the LM's own (grounded)
     grounded: bool = False
 
     @property
@@ -184,12 +185,12 @@ class PhrasePipeline(DocumentReader):
         if keys is not None:
             gate["phrase_state_keys"] = keys
         budgets = max_chars if max_chars is not None else [c.max_chars] * len(prompts) if c.max_chars else None
-        copied = [0] * len(prompts)
+        spans: list[list[int]] = [[] for _ in prompts]
         with timer.stage("decode"):
             if c.grounded:
                 outputs = self._generate_grounded(prompts, documents, budgets, contexts, drafters, keys)
                 new = [out.sequences[0, length:].tolist() for out, length in outputs]
-                steps, copied = [out.steps for out, _ in outputs], [out.copied_tokens for out, _ in outputs]
+                steps, spans = [out.steps for out, _ in outputs], [out.kept_spans for out, _ in outputs]
             elif c.verify_top_k:
                 new, steps = self._generate_verified(prompts, budgets, contexts, drafters, keys)
             else:
@@ -202,8 +203,9 @@ class PhrasePipeline(DocumentReader):
         rows = zip(prompts, new, documents, map(len, phrases), steps)
         results = [self._result(*fields, shares, row=i if len(prompts) > 1 else None) for i, fields in enumerate(rows)]
         if c.grounded:
-            for result, ids, count in zip(results, new, copied):
-                result.citations, result.copied_tokens, result.grounded = self.citations(result.documents, ids), count, True
+            for result, ids, kept in zip(results, new, spans):
+                result.citations, result.grounded = self.citations(result.documents, ids), True
+                result.copied_tokens, result.kept_spans = sum(kept), kept
         return results
 
     def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None, contexts: list[dict | None],

@@ -127,6 +127,14 @@ def test_grounded_systems_are_scored_for_closeness_citations_and_time_against_th
         assert ("cited_share" in m) == (system != "bare")
     assert figures["grounded:gamma=1"]["rougeL"] == figures["bare-rag"]["rougeL"]
     assert all(0 <= figures[s]["copied_share"] <= 1 for s in systems.split(",") if s != "bare")
+    copying = [r for r in records if r.get("copy_steps")]  # a copying step keeps at least one token beyond the LM's
+    assert copying and all(r["copied_tokens"] >= r["copy_steps"] for r in copying)
+    for system in ("grounded:gamma=1", "grounded", "grounded-suffix:gamma=0.2"):
+        mine = [r for r in copying if r["system"] == system]
+        if mine:
+            spans = sum(r["copied_tokens"] for r in mine) / sum(r["copy_steps"] for r in mine)
+            assert figures[system]["mean_kept_span"] == pytest.approx(spans) and spans >= 1
+    assert "mean_kept_span" not in figures["bare-rag"]  # it reads the documents but never copies a draft
     assert all(r["cited_verbatim"] for r in records if "cited_verbatim" in r)
     for record in records:  # the guard holds on every continuation, prompt lookup's one at a time too
         ids = _gpt2_tokenizer(record["text"]).input_ids
