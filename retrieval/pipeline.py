@@ -51,9 +51,13 @@ class PipelineResult:
     steps: int
     latency: dict[str, float]
     citations: list[Citation] = field(default_factory=list)
-    copied_tokens: int = 0
     kept_spans: list[int] = field(default_factory=list)  # the tokens each step kept beyond the LM's own (grounded)
     grounded: bool = False
+
+    @property
+    def copied_tokens(self) -> int:
+        """Tokens kept from drafts and phrases beyond the LM's own (grounded decoding)."""
+        return sum(self.kept_spans)
 
     @property
     def phrase_steps(self) -> int:
@@ -97,7 +101,7 @@ class PipelineResult:
     def to_dict(self) -> dict:
         result = asdict(self)
         result["documents"] = [{k: d[k] for k in ("id", "title", "score") if k in d} for d in self.documents]
-        result["cited_share"] = self.cited_share
+        result["cited_share"], result["copied_tokens"] = self.cited_share, self.copied_tokens
         return result
 
 
@@ -204,8 +208,8 @@ class PhrasePipeline(DocumentReader):
         results = [self._result(*fields, shares, row=i if len(prompts) > 1 else None) for i, fields in enumerate(rows)]
         if c.grounded:
             for result, ids, kept in zip(results, new, spans):
-                result.citations, result.grounded = self.citations(result.documents, ids), True
-                result.copied_tokens, result.kept_spans = sum(kept), kept
+                result.citations, result.kept_spans = self.citations(result.documents, ids), kept
+                result.grounded = True
         return results
 
     def _generate_verified(self, prompts: list[str], budgets: Sequence[int] | None, contexts: list[dict | None],

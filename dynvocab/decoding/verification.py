@@ -185,7 +185,7 @@ def generate_verified_batch(
                  accept_top_k, gamma, do_sample, sampling_warpers(do_sample, temperature, top_p=top_p),
                  set(eos) if isinstance(eos, list) else set() if eos is None else {eos})
     device, masks = model.device, table.row_masks() if table is not None else None
-    states = [_RowDecoding(spec, rule, device) for spec in rows]
+    states = [_RowDecoding(spec, rule, masks, device) for spec in rows]
     reads = [list(spec.context) + list(spec.input_ids) for spec in rows]
     cache = past_key_values if past_key_values is not None else DynamicCache()
     phrase_mask = _phrase_mask(masks, [spec.row for spec in rows], device)
@@ -297,11 +297,10 @@ class _RowDecoding:
     """One row's decoding so far: its mixed ids ``(1, L + n)``, its text as token ids (for its drafts), the scores
     ``(1, V [+ P])`` its next step chooses from, its position (tokens read and kept), and the step being verified."""
 
-    def __init__(self, spec: VerifiedRow, rule: _Rule, device: torch.device) -> None:
+    def __init__(self, spec: VerifiedRow, rule: _Rule, masks: torch.Tensor | None, device: torch.device) -> None:
         self.spec, self.rule = spec, rule
         self.processors = spec.logits_processor or LogitsProcessorList()
         self.stopping = spec.stopping_criteria or StoppingCriteriaList()
-        masks = rule.table.row_masks() if rule.table is not None else None
         self.mask = None if spec.row is None or masks is None else masks[spec.row : spec.row + 1].to(device)
         self.ids = torch.tensor([list(spec.input_ids)], device=device)
         self.text = rule.table.spell(list(spec.input_ids)) if rule.table is not None else list(spec.input_ids)
