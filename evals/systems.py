@@ -53,6 +53,7 @@ OPTIONS = {
     "draft": (int, None, (*_DYNAMIC, *GROUNDED)),
     "gamma": (float, None, GROUNDED),
     "relax": (int, None, GROUNDED),
+    "kv": (int, None, GROUNDED),
     "draft_cost": (float, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
     "checkpoint": (str, None, TRAINED),

@@ -55,6 +55,13 @@ class PipelineConfig:
     read_documents: int = field(default=2, metadata={"help": "Grounded decoding: top documents put in the LM's context."})
     read_tokens: int = field(default=384, metadata={"help": "Grounded decoding: tokens the LM reads of each of them."})
     cite_tokens: int = field(default=4, metadata={"help": "Grounded decoding: cite a copied span of at least n tokens."})
+    document_kv: int = field(
+        default=0,
+        metadata={"help": "Grounded decoding: the first n read documents come as keys and values read once (kept in "
+                          "memory, or in a store beside the index: `dynvocab document-kv`) instead of the LM reading "
+                          "them with every request (dynvocab.states.kv; rotary LMs; one prompt at a time). 1 is "
+                          "exact; with 2 or more a later document did not attend to the ones before it. 0: off."},
+    )
     unit: str = field(default="tokens", metadata={"help": "Phrase unit: 'tokens' (2-8 LM tokens) or 'words'."})
     min_length: int = field(default=2, metadata={"help": "Shortest phrase, in units."})
     max_length: int = field(default=8, metadata={"help": "Longest phrase, in units."})
@@ -119,11 +126,15 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         check_at_least(self, 1, ("top_k", "max_new_tokens", "realtime_every", "min_length", "cite_tokens"))
-        check_at_least(self, 0, ("read_documents", "read_tokens", "relax_after"))
+        check_at_least(self, 0, ("read_documents", "read_tokens", "relax_after", "document_kv"))
         if self.draft_tokens is None:
             self.draft_tokens = GROUNDED_DRAFT_TOKENS if self.grounded else 0
         if not 0.0 < self.gamma <= 1.0:
             raise ValueError(f"gamma={self.gamma} must be in (0, 1] (1: the LM's own text given the documents)")
+        if self.document_kv and not (self.grounded and self.document_kv <= self.read_documents):
+            raise ValueError(f"document_kv={self.document_kv} reads stored keys and values of the first documents the "
+                             f"LM reads, which only grounded decoding does: pass grounded=True and at most "
+                             f"read_documents={self.read_documents}, or document_kv=0")
         if self.grounded and (self.verify_top_k or self.realtime):
             raise ValueError("grounded decoding verifies every proposal with the LM and decodes one prompt as it goes; "
                              "pass grounded=False for verify_top_k or real-time phrases (the paper's modes)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ from dynvocab.decoding import (
     grounded_relax,
 )
 from dynvocab.states import DocumentStates, StateKeys, row_state_keys
+from dynvocab.states.kv import DocumentKV
 from dynvocab.tokens import pad_id
 
 from .config import PipelineConfig
@@ -33,6 +35,8 @@ from .timing import STAGES, StageTimer
 
 #: LM -> dynvocab.states.store.DocumentStates, made by the first request with a state gate on any pipeline of it
 _DOCUMENT_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: LM -> dynvocab.states.kv.DocumentKV, made by the first request with ``document_kv`` on any pipeline of it
+_DOCUMENT_KV: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def character_budget(model: DynamicVocabLM, prompt_length: int, max_chars: int | None) -> StoppingCriteriaList:
@@ -132,6 +136,15 @@ class PhrasePipeline(DocumentReader):
         super().__init__(model, config)
         self.index = index
         attach_phrase_vectors(model, index)  # vectors computed beside the index, when it has them
+
+    def document_kv(self) -> DocumentKV:
+        """The LM's documents' keys and values, one ``DocumentKV`` per LM for every pipeline on it (a document is read
+        once), reading the store beside the index when there is one (``dynvocab document-kv``)."""
+        lm = self.model.lm
+        if lm not in _DOCUMENT_KV:
+            _DOCUMENT_KV[lm] = DocumentKV(lm)
+        attach_document_states(_DOCUMENT_KV[lm], self.index)
+        return _DOCUMENT_KV[lm]
 
     def state_keys(self, documents: list[list[dict]], phrases: list[list[Phrase]]) -> StateKeys | None:
         """With ``config.state_threshold``, the keys of each prompt's phrases in its own documents, once the phrases
@@ -238,29 +251,33 @@ class PhrasePipeline(DocumentReader):
         c, model = self.config, self.model
         # the n-gram guard judges what this call writes: the continuation may copy the documents, never repeat itself
         kwargs, rows = c.generation_kwargs() | {"no_repeat_ngram_scope": "new"}, []
+        parts = [self.context_parts(found) for found in documents]
         for row, (prompt, found) in enumerate(zip(prompts, documents)):
             gate = {"phrase_contexts": contexts[row]} if contexts[row] is not None else {}
-            context = self.context_ids(found)
+            context = [token for part in parts[row] for token in part]
             ids = model.tokenizer(prompt, add_special_tokens=not context)["input_ids"]
             drafter = drafters[row] if drafters else None
             rows.append(VerifiedRow(
                 ids, context, row if len(prompts) > 1 else None, drafter.draft if drafter else None,
                 grounded_relax(drafter, c.relax_after), model.phrase_processors_in(kwargs | gate),
                 character_budget(model, len(ids), budgets[row] if budgets is not None else None)))
-        outputs = self._decode_rows(rows, keys, gamma=c.gamma)
+        caches = [self.document_kv().cache(read[: c.document_kv]) for read in parts] if c.document_kv else None
+        outputs = self._decode_rows(rows, keys, caches, gamma=c.gamma)
         return [(out, len(row.input_ids)) for out, row in zip(outputs, rows)]
 
-    def _decode_rows(self, rows: list[VerifiedRow], keys: StateKeys | None, **rule) -> list[VerifiedOutput]:
-        """``rows`` in one batch by ``generate_verified_batch``; with state keys (a per-row gate on the model) one
-        row at a time."""
+    def _decode_rows(self, rows: list[VerifiedRow], keys: StateKeys | None, caches: list | None = None,
+                     **rule) -> list[VerifiedOutput]:
+        """``rows`` in one batch by ``generate_verified_batch``; one row at a time with state keys (a per-row gate on
+        the model) or ``caches`` (each row's documents' keys and values, read before its prompt)."""
         c, model = self.config, self.model
         settings = {"do_sample": c.do_sample, "top_p": c.top_p, "temperature": c.temperature, **rule}
-        if keys is None:
+        if keys is None and caches is None:
             return generate_verified_batch(model, rows, c.max_new_tokens, **settings)
         outputs = []
         for number, row in enumerate(rows):
-            with model.state_gate(keys.for_row(number)):
-                outputs += generate_verified_batch(model, [row], c.max_new_tokens, **settings)
+            cache = {"past_key_values": caches[number]} if caches is not None else {}
+            with model.state_gate(keys.for_row(number)) if keys is not None else contextlib.nullcontext():
+                outputs += generate_verified_batch(model, [row], c.max_new_tokens, **settings, **cache)
         return outputs
 
     def _timer(self) -> StageTimer:

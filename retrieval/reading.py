@@ -7,6 +7,7 @@ a request brings or retrieves with one of its own.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import weakref
 from collections.abc import Sequence
@@ -28,9 +29,34 @@ def in_context_ids(tokenizer, documents: list[dict], read_tokens: int) -> list[i
     ids an LM reads before a prompt (tokenized without special tokens after these); [] for no documents."""
     if not documents or not read_tokens:
         return []
-    cut = [tokenizer.decode(ids[:read_tokens])
-           for ids in tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids]
-    return tokenizer("\n\n".join(cut) + "\n\n").input_ids
+    return tokenizer("\n\n".join(_cut(tokenizer, documents, read_tokens)) + "\n\n").input_ids
+
+
+def _cut(tokenizer, documents: list[dict], read_tokens: int) -> list[str]:
+    """Each document's text cut to its first ``read_tokens`` tokens."""
+    return [tokenizer.decode(ids[:read_tokens])
+            for ids in tokenizer([d["text"] for d in documents], add_special_tokens=False).input_ids]
+
+
+def document_context_ids(tokenizer, documents: list[dict], read_tokens: int) -> list[list[int]]:
+    """``in_context_ids`` cut where each document starts (special tokens go with the first), so that a document's
+    part can be read, and kept, on its own (``dynvocab.states.kv``): joined, the parts are exactly the ids the LM
+    reads. A part ends with the blank line after its document. [] for no documents."""
+    if not documents or not read_tokens:
+        return []
+    cut = _cut(tokenizer, documents, read_tokens)
+    starts = [sum(len(text) + 2 for text in cut[:number]) for number in range(len(cut))]
+    text = "\n\n".join(cut) + "\n\n"
+    if len(cut) == 1:
+        return [tokenizer(text).input_ids]
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{type(tokenizer).__name__} cannot say where each token starts (a slow tokenizer): load the "
+                         "LM's fast tokenizer (AutoTokenizer, use_fast=True) to read documents in parts")
+    encoded = tokenizer(text, return_offsets_mapping=True)
+    parts: list[list[int]] = [[] for _ in cut]
+    for token, (start, _) in zip(encoded.input_ids, encoded.offset_mapping):
+        parts[max(0, bisect.bisect_right(starts, start) - 1)].append(token)
+    return parts
 
 
 class DocumentReader:
@@ -68,6 +94,13 @@ class DocumentReader:
         """What the LM reads before the prompt: ``read(documents)``, each cut to ``config.read_tokens`` tokens, joined
         and followed by blank lines, as token ids ([] when there is nothing to read)."""
         return in_context_ids(self.model.tokenizer, self.read(documents), self.config.read_tokens)
+
+    def context_parts(self, documents: list[dict]) -> list[list[int]]:
+        """``context_ids`` cut where each read document starts (``document_context_ids``) with ``config.document_kv``,
+        else whole (one part; none when there is nothing to read)."""
+        if self.config.document_kv:
+            return document_context_ids(self.model.tokenizer, self.read(documents), self.config.read_tokens)
+        return [ids] if (ids := self.context_ids(documents)) else []
 
     def citations(self, documents: list[dict], new: list[int]) -> list[Citation]:
         """The spans of a continuation (its new mixed ids ``new``) that stand in the ``documents`` the LM read

@@ -1,6 +1,6 @@
 """The ``dynvocab`` command line: train, cache-states, train-mwt, index, generate, eval, demo, pretrain-encoder,
 finetune-encoder, soup-encoders, extract-adapter, eval-retrieval, build-vocab, pseudo-queries, nar-train, nar-search, qa,
-eval-qa, serve, phrase-vectors, document-states."""
+eval-qa, serve, phrase-vectors, document-states, document-kv."""
 
 from __future__ import annotations
 
@@ -195,6 +195,24 @@ def cmd_document_states(args: argparse.Namespace) -> None:
     stats = store.stats()
     print(json.dumps({"document_states": str(store.directory), "documents": stats["documents"],
                       "tokens": stats["tokens"], "disk_mb": round(stats["disk_bytes"] / 2**20, 1),
+                      "memory_mb": round(stats["resident_bytes"] / 2**20, 1)}))
+
+
+def cmd_document_kv(args: argparse.Namespace) -> None:
+    from dynvocab.states.kv import DocumentKV
+    from retrieval.document_states import build_document_kv
+    from retrieval.loading import load_stack
+
+    if args.shard_documents < 1 or args.batch_size < 1 or args.read_tokens < 1:  # before minutes of loading
+        raise ValueError(f"--shard-documents {args.shard_documents}, --batch-size {args.batch_size} and --read-tokens "
+                         f"{args.read_tokens} must be >= 1")
+    model, index = load_stack(args.model, args.checkpoint, args.index, args.encoder)
+    kv = DocumentKV(model.lm, batch_size=args.batch_size, max_bytes=0)
+    store = build_document_kv(kv, model.tokenizer, index, args.read_tokens, dtype=args.dtype,
+                              shard_documents=args.shard_documents, overwrite=args.overwrite, show_progress_bar=True)
+    stats = store.stats()
+    print(json.dumps({"document_kv": str(store.directory), "documents": stats["documents"], "tokens": stats["tokens"],
+                      "disk_mb": round(stats["disk_bytes"] / 2**20, 1),
                       "memory_mb": round(stats["resident_bytes"] / 2**20, 1)}))
 
 
@@ -408,6 +426,19 @@ def add_phrase_vector_arguments(parser: argparse.ArgumentParser, with_index: boo
                              "settings")
 
 
+def add_document_store_arguments(parser: argparse.ArgumentParser, shard_documents: int) -> None:
+    """The flags ``document-states`` and ``document-kv`` share: the index, the LM that will decode, resuming."""
+    parser.add_argument("--index", required=True, help="directory written by `dynvocab index`")
+    parser.add_argument("--encoder", default=DEFAULT_RETRIEVER, help=ENCODER_HELP)
+    parser.add_argument("--model", default="smollm2", help="causal LM name or path: the LM that will decode")
+    parser.add_argument("--checkpoint", default=None,
+                        help="phrase-encoder checkpoint (save_pretrained directory; its LM weights, if it trained them); "
+                             "default: the shipped SmolLM2 one")
+    parser.add_argument("--shard-documents", type=int, default=shard_documents,
+                        help="documents per shard: the unit of resuming")
+    parser.add_argument("--overwrite", action="store_true", help="replace states made by another LM, documents or settings")
+
+
 def add_document_state_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     """The flags of ``document-states`` beyond those it shares with ``phrase-vectors``; ``index --document-states``
     takes them as ``--states-dtype`` and ``--states-batch-size``."""
@@ -524,16 +555,20 @@ def build_parser() -> argparse.ArgumentParser:
         "document-states", help="the LM's states over every indexed document, once, beside the index, for the state "
                                 "gate (state_threshold; resumable)"
     )
-    states.add_argument("--index", required=True, help="directory written by `dynvocab index`")
-    states.add_argument("--encoder", default=DEFAULT_RETRIEVER, help=ENCODER_HELP)
-    states.add_argument("--model", default="smollm2", help="causal LM name or path: the LM that will decode")
-    states.add_argument("--checkpoint", default=None,
-                        help="phrase-encoder checkpoint (save_pretrained directory; its LM weights, if it trained them); "
-                             "default: the shipped SmolLM2 one")
-    states.add_argument("--shard-documents", type=int, default=256, help="documents per shard: the unit of resuming")
-    states.add_argument("--overwrite", action="store_true", help="replace states made by another LM, documents or settings")
+    add_document_store_arguments(states, shard_documents=256)
     add_document_state_arguments(states)
     states.set_defaults(func=cmd_document_states)
+
+    kv = commands.add_parser(
+        "document-kv", help="the LM's keys and values over every indexed document, once, beside the index, for "
+                            "grounded decoding without the documents' prefill (document_kv; resumable)"
+    )
+    add_document_store_arguments(kv, shard_documents=64)
+    add_document_state_arguments(kv)
+    kv.set_defaults(batch_size=4, dtype="float32")  # float32: the first document exactly as the LM reads it
+    kv.add_argument("--read-tokens", type=int, default=384,
+                    help="tokens kept of each document: the pipeline's read_tokens (a store for another count is not found)")
+    kv.set_defaults(func=cmd_document_kv)
 
     generate = commands.add_parser("generate", dataclass_types=PipelineConfig, help="retrieve, plug in phrases, generate")
     generate.add_argument("--index", required=True, help="directory written by `dynvocab index`")

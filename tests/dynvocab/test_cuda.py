@@ -177,3 +177,19 @@ def test_a_grounded_batch_on_the_gpu_writes_what_each_prompt_writes_alone(base_m
         for one, batched in zip(alone, together):
             assert batched.sequences.tolist() == one.sequences.tolist() and batched.kept_spans == one.kept_spans
         assert sum(out.copied_tokens for out in together) > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_document_keys_and_values_joined_on_the_gpu_are_the_cpus(dtype):
+    from dynvocab.states.kv import DocumentKV
+    from tests.helpers import tiny_llama
+
+    lm = tiny_llama(64).to(dtype)
+    documents, prompt = [[5, 6, 7, 8, 9, 10], [20, 21, 22, 23]], torch.tensor([[30, 31, 32]])
+    on_cpu = lm(prompt, past_key_values=DocumentKV(lm).cache(documents), use_cache=True).logits
+    gpu_lm = copy.deepcopy(lm).to(CUDA)
+    cache = DocumentKV(gpu_lm).cache(documents)
+    assert cache.layers[0].keys.device.type == "cuda" and cache.layers[0].keys.dtype == dtype
+    on_gpu = gpu_lm(prompt.to(CUDA), past_key_values=cache, use_cache=True).logits
+    tolerance = {"atol": 2e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(on_gpu.cpu().float(), on_cpu.float(), **tolerance)

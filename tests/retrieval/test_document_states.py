@@ -26,8 +26,13 @@ def index(tmp_path):
 
 
 def lm_calls(lm) -> list:
+    """The tokens of each call of the LM's decoder."""
     calls = []
-    lm.get_decoder().register_forward_hook(lambda *args: calls.append(1))
+    def heard(module, args, kwargs, out):
+        read = kwargs.get("input_ids")
+        calls.append((read if read is not None else kwargs["inputs_embeds"]).shape[1])
+
+    lm.get_decoder().register_forward_hook(heard, with_kwargs=True)
     return calls
 
 
@@ -53,6 +58,30 @@ def test_the_pipelines_keys_are_read_from_the_store_and_equal_the_lms(llama, tok
     model.scorer = PreferPhrases()
     assert all(result.phrase_steps == result.steps for result in pipeline.batch(PROMPTS))
     assert states.misses == 0  # generating, the LM read no document either
+
+
+def test_grounded_decoding_reads_the_documents_keys_and_values_from_the_store(llama, tokenizer, index):
+    from dynvocab.states.kv import DocumentKV
+    from retrieval.document_states import build_document_kv
+    from retrieval.pipeline import _DOCUMENT_KV
+    from retrieval.reading import document_context_ids
+
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    store = build_document_kv(DocumentKV(llama, max_bytes=0), tokenizer, index, read_tokens=16, dtype="float32",
+                              shard_documents=2)
+    assert store.directory == states_path(index.directory, DocumentKV(llama)) and len(store) == len(MORE)
+    config = PipelineConfig(top_k=2, read_documents=2, read_tokens=16, max_new_tokens=4, document_kv=1,
+                            draft_step_cost=0.0)  # not measured here: the LM reads only the prompts
+    calls = lm_calls(llama)
+    results = PhrasePipeline(model, index, config).batch(PROMPTS)
+    kv = _DOCUMENT_KV[llama]
+    assert [s.directory for s in kv.stores] == [store.directory] and kv.misses == 0  # found in the store, or kept
+    assert kv.loaded + kv.hits == len(PROMPTS) and kv.loaded == len({r.documents[0]["id"] for r in results})
+    # each prompt's first LM call read its second document and its prompt: never the first document
+    for result, prompt in zip(results, PROMPTS):
+        first, second = document_context_ids(tokenizer, result.documents[:2], 16)
+        assert result.text and len(second) + len(tokenizer(prompt, add_special_tokens=False).input_ids) in calls
+        assert max(calls) < len(first) + len(second)
 
 
 def test_a_store_of_another_lm_is_left_alone_and_said(llama, tokenizer, index, caplog):

@@ -278,6 +278,53 @@ def test_grounded_decoding_at_gamma_one_is_the_lm_reading_the_documents(pipeline
         assert result.steps <= 10
 
 
+def test_stored_document_keys_and_values_give_the_lm_reading_the_documents_and_are_read_once(pipeline, llama):
+    import torch
+
+    from retrieval.pipeline import _DOCUMENT_KV
+    from retrieval.reading import document_context_ids
+
+    pipeline.config = PipelineConfig(top_k=2, read_documents=2, max_new_tokens=10, no_repeat_ngram_size=0, gamma=1.0,
+                                     document_kv=2)
+    prompt, tokenizer = "Which river flows through New York City?", pipeline.model.tokenizer
+    result = pipeline(prompt)
+    first, second = document_context_ids(tokenizer, result.documents[:2], 384)
+    kv = _DOCUMENT_KV[llama]
+    read = kv.misses
+    assert read == 2 and pipeline(prompt).text == result.text and kv.misses == read  # the second request read none
+    # the LM reading the first document whole, then the second as read alone and placed after it
+    cache = kv.cache([first, second])
+    ids = torch.tensor([tokenizer(prompt, add_special_tokens=False).input_ids])
+    bare = llama.generate(torch.cat([torch.tensor([first + second]), ids], 1), past_key_values=cache,
+                          max_new_tokens=40, do_sample=False)
+    assert result.text and result.text == tokenizer.decode(bare[0, len(first) + len(second) + ids.shape[1] :])[: len(result.text)]
+
+
+def test_the_first_documents_stored_keys_and_values_give_exactly_the_lm_reading_the_documents(pipeline):
+    from retrieval.pipeline import _DOCUMENT_KV
+
+    prompts = ["Which river flows through New York City?", "What is the capital of France?"]
+    settings = {"top_k": 2, "read_documents": 2, "max_new_tokens": 10, "no_repeat_ngram_size": 0, "gamma": 1.0}
+    pipeline.config = PipelineConfig(**settings)
+    read = [result.text for result in pipeline.batch(prompts)]
+    pipeline.config = PipelineConfig(**settings, document_kv=1)
+    assert [result.text for result in pipeline.batch(prompts)] == read
+    assert _DOCUMENT_KV[pipeline.model.lm].misses == 2  # each prompt's first document read once, and kept
+    assert [result.text for result in pipeline.batch(prompts)] == read and _DOCUMENT_KV[pipeline.model.lm].hits == 2
+
+
+def test_stored_keys_and_values_need_grounded_decoding_and_a_rotary_lm(tokenizer):
+    from dynvocab.states.kv import DocumentKV
+    from tests.helpers import tiny_gpt2
+
+    with pytest.raises(ValueError, match="only grounded decoding does: pass grounded=True and at most"):
+        PipelineConfig(grounded=False, document_kv=1)
+    with pytest.raises(ValueError, match="at most read_documents=2"):
+        PipelineConfig(document_kv=3)
+    with pytest.raises(ValueError, match="rotary position embedding.*document_kv=False"):
+        DocumentKV(tiny_gpt2(len(tokenizer)))
+
+
 def test_grounded_decoding_cites_what_it_copies_at_its_offsets(pipeline):
     pipeline.config = PipelineConfig(top_k=1, max_new_tokens=8, no_repeat_ngram_size=0, gamma=1e-6,
                                      draft_step_cost=0.0)  # every draft the documents offer is kept
