@@ -347,3 +347,25 @@ def test_grounded_settings_are_checked():
     with pytest.raises(ValueError, match="relax_after=-1"):
         PipelineConfig(relax_after=-1)
     assert PipelineConfig().draft_tokens == 8 and PipelineConfig(grounded=False).draft_tokens == 0
+
+
+def test_the_context_cut_at_each_document_joins_back_to_what_the_lm_reads(tokenizer):
+    from retrieval.reading import document_context_ids, in_context_ids
+
+    parts = document_context_ids(tokenizer, DOCS, 8)
+    assert len(parts) == len(DOCS) and [t for part in parts for t in part] == in_context_ids(tokenizer, DOCS, 8)
+    for part, document in zip(parts, DOCS):
+        cut = tokenizer.decode(tokenizer(document["text"], add_special_tokens=False).input_ids[:8])
+        assert tokenizer.decode(part, skip_special_tokens=True).strip() == cut.strip()  # its document, a blank line
+    assert document_context_ids(tokenizer, DOCS[:1], 8) == [in_context_ids(tokenizer, DOCS[:1], 8)]
+    assert document_context_ids(tokenizer, [], 8) == [] == document_context_ids(tokenizer, DOCS, 0)
+
+
+def test_a_slow_tokenizer_is_told_to_load_the_fast_one_to_read_documents_in_parts(tokenizer):
+    from unittest import mock
+
+    from retrieval.reading import document_context_ids
+
+    with mock.patch.object(type(tokenizer), "is_fast", new_callable=mock.PropertyMock, return_value=False):
+        with pytest.raises(ValueError, match="slow tokenizer.*use_fast=True"):
+            document_context_ids(tokenizer, DOCS, 8)
