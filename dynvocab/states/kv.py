@@ -52,7 +52,7 @@ class DocumentKV(DocumentStates):
                 or float(getattr(rotary, "attention_scaling", 1.0)) != 1.0:
             raise ValueError(f"{type(lm).__name__} has no plain rotary position embedding over whole heads, so a "
                              "document's keys cannot be moved to another position: let the LM read the documents "
-                             "with each request (document_kv=False)")
+                             "with each request (document_kv=0)")
         super().__init__(lm, max_tokens, batch_size, max_bytes)
         self.layers = config.num_hidden_layers
         self.heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads

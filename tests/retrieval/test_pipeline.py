@@ -321,7 +321,7 @@ def test_stored_keys_and_values_need_grounded_decoding_and_a_rotary_lm(tokenizer
         PipelineConfig(grounded=False, document_kv=1)
     with pytest.raises(ValueError, match="at most read_documents=2"):
         PipelineConfig(document_kv=3)
-    with pytest.raises(ValueError, match="rotary position embedding.*document_kv=False"):
+    with pytest.raises(ValueError, match="rotary position embedding.*document_kv=0"):
         DocumentKV(tiny_gpt2(len(tokenizer)))
 
 

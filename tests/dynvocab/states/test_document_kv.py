@@ -72,7 +72,7 @@ def test_documents_are_read_once_and_then_from_a_store(tmp_path):
 
 
 def test_refuses_an_lm_without_rotary_positions_and_a_document_longer_than_kept():
-    with pytest.raises(ValueError, match="rotary position embedding.*document_kv=False"):
+    with pytest.raises(ValueError, match="rotary position embedding.*document_kv=0"):
         DocumentKV(tiny_gpt2(64))
     with pytest.raises(ValueError, match="longer than max_tokens=4.*larger max_tokens"):
         DocumentKV(tiny_llama(64), max_tokens=4).cache([FIRST])
