@@ -12,10 +12,12 @@ beside those two at every level: the phrased requests with the state gate (``sta
 then holds the LM's pass over documents no earlier request brought, unless the index keeps the LM's document states
 (``dynvocab document-states``; ``--without-document-states`` leaves them unread). ``--draft-tokens N`` adds the
 phrased requests with verified decoding and drafts from their documents (``verify_top_k=1``, ``agreement_top_k=1``,
-``draft_tokens=N``: the bare LM's text, each request decoding alone). Time per character written compares modes whose
-requests write different amounts of text in their ``--max-tokens`` ids (a phrase is one id); the rows "paired" send
-each prompt in every mode in turn, one at a time, and give each mode's time per character over the bare LM's on the
-same prompt (median), which a drifting machine moves less than the levels' figures.
+``draft_tokens=N``: the bare LM's text). ``--waiting`` adds the phrased (grounded) requests with joining off: a
+running grounded batch takes no newcomer, as the engine did before grounded rows joined between steps
+(``VERIFIED_TABLE_PHRASES`` below zero), so the levels show what continuous joining changes. Time per character
+written compares modes whose requests write different amounts of text in their ``--max-tokens`` ids (a phrase is one
+id); the rows "paired" send each prompt in every mode in turn, one at a time, and give each mode's time per character
+over the bare LM's on the same prompt (median), which a drifting machine moves less than the levels' figures.
 
     nice -n 10 python examples/benchmark_serving.py --num-prompts 16 --max-tokens 32 --output results/serving/load
 """
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict:
                              "the gated requests' first pass then reads its documents with the LM")
     parser.add_argument("--draft-tokens", type=int, default=0,
                         help="also run the phrased requests verified, with drafts of this many tokens (0: not)")
+    parser.add_argument("--waiting", action="store_true",
+                        help="also run the phrased requests with joining off (a running grounded batch takes no newcomer)")
     parser.add_argument("--no-repeat-ngram-size", type=int, default=4, help="every request's n-gram guard")
     parser.add_argument("--output", help="folder for benchmark.json and benchmark.md")
     args = parser.parse_args(argv)
@@ -205,11 +209,20 @@ def main(argv: list[str] | None = None) -> dict:
     if args.draft_tokens:
         verified = {"verify_top_k": 1, "agreement_top_k": 1, "draft_tokens": args.draft_tokens}
         modes["drafted"] = [body | verified for body in phrased]
+    if args.waiting:
+        modes["waiting"] = phrased
     lone, levels = {}, {}
+    from dynvocab.serving.engine import engine as engine_module
+
+    joining = engine_module.VERIFIED_TABLE_PHRASES
 
     def measure(mode: str, level: str, concurrency: int) -> list[dict]:
         before = batches(url)
-        replies, seconds = asyncio.run(run_level(url, modes[mode], concurrency))
+        engine_module.VERIFIED_TABLE_PHRASES = -1 if mode == "waiting" else joining
+        try:
+            replies, seconds = asyncio.run(run_level(url, modes[mode], concurrency))
+        finally:
+            engine_module.VERIFIED_TABLE_PHRASES = joining
         after = batches(url)
         levels[f"{mode} {level}"] = summary(replies, seconds, lone.get(mode, replies), lone.get("bare", replies)) | {
             "mean_batch": (after[0] - before[0]) / max(after[1] - before[1], 1)}

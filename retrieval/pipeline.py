@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -15,6 +14,7 @@ from dynvocab.decoding import (
     CharacterBudget,
     Citation,
     DocumentDrafter,
+    VerifiedBatch,
     VerifiedOutput,
     VerifiedRow,
     cited_share,
@@ -267,16 +267,24 @@ class PhrasePipeline(DocumentReader):
 
     def _decode_rows(self, rows: list[VerifiedRow], keys: StateKeys | None, caches: list | None = None,
                      **rule) -> list[VerifiedOutput]:
-        """``rows`` in one batch by ``generate_verified_batch``; one row at a time with state keys (a per-row gate on
-        the model) or ``caches`` (each row's documents' keys and values, read before its prompt)."""
+        """``rows`` in one batch by ``generate_verified_batch``; with ``caches`` (each row's documents' keys and
+        values, read before its prompt) each row is read on its own and joins the batch; with state keys (a per-row
+        gate on the model) one row at a time."""
         c, model = self.config, self.model
         settings = {"do_sample": c.do_sample, "top_p": c.top_p, "temperature": c.temperature, **rule}
         if keys is None and caches is None:
             return generate_verified_batch(model, rows, c.max_new_tokens, **settings)
+        if keys is None:
+            batch = VerifiedBatch(model, **settings)
+            for row, cache in zip(rows, caches):
+                batch.admit([row], c.max_new_tokens, cache)
+            while batch:
+                batch.step()
+            return batch.outputs()
         outputs = []
         for number, row in enumerate(rows):
             cache = {"past_key_values": caches[number]} if caches is not None else {}
-            with model.state_gate(keys.for_row(number)) if keys is not None else contextlib.nullcontext():
+            with model.state_gate(keys.for_row(number)):
                 outputs += generate_verified_batch(model, [row], c.max_new_tokens, **settings, **cache)
         return outputs
 

@@ -1,5 +1,6 @@
 """Decoding with phrases: the phrase rules as logits processors, token read-back, one step's sampling, verified and
-grounded decoding with drafts, citations of copied spans, batched generation with character budgets."""
+grounded decoding with drafts (rows joining a running batch), citations of copied spans, batched generation with
+character budgets, and the KV-cache row moves of continuous batching."""
 
 from .agreement import FirstTokenMass, PhraseAgreement, PhraseBias
 from .citations import Citation, cite, cited_share
@@ -9,8 +10,8 @@ from .generation import generate_continuations
 from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .sampling import choose, sampling_warpers
 from .stopping import CharacterBudget
-from .verification import VerifiedOutput, VerifiedRow, generate_grounded, generate_verified, generate_verified_batch, \
-    grounded_relax
+from .verification import VerifiedBatch, VerifiedOutput, VerifiedRow, generate_grounded, generate_verified, \
+    generate_verified_batch, grounded_relax
 
 __all__ = [
     "CharacterBudget",
@@ -23,6 +24,7 @@ __all__ = [
     "PhraseMaxUses",
     "PhraseNoRepeatNGram",
     "PhraseRepetitionPenalty",
+    "VerifiedBatch",
     "VerifiedOutput",
     "VerifiedRow",
     "choose",

@@ -23,7 +23,8 @@ continuation and leaves copying from the documents alone.
 
 ``draft`` (e.g. ``dynvocab.decoding.drafting.DocumentDrafter.draft``) proposes tokens to follow the text so far.
 ``generate_verified`` decodes one prompt; ``generate_verified_batch`` decodes several in one forward call a step, each
-row with its own documents, drafts, phrase set and safeguards, and writes what each row writes alone.
+row with its own documents, drafts, phrase set and safeguards, and writes what each row writes alone. Both run a
+``VerifiedBatch``, which rows may also join between steps (the server's continuous batching).
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from typing import Any
 import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
+from .kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_slots
 from .sampling import choose, sampling_warpers
 
-__all__ = ["VerifiedOutput", "VerifiedRow", "accept_relaxed", "accept_sampled", "draft_step_cost", "forward_seconds",
-           "generate_grounded", "generate_verified", "generate_verified_batch", "grounded_relax"]
+__all__ = ["VerifiedBatch", "VerifiedOutput", "VerifiedRow", "accept_relaxed", "accept_sampled", "draft_step_cost",
+           "forward_seconds", "generate_grounded", "generate_verified", "generate_verified_batch", "grounded_relax"]
 
 
 @dataclass
@@ -84,7 +86,9 @@ class VerifiedRow:
     """One prompt of ``generate_verified_batch`` with what is its own: ``input_ids`` its token ids, ``context`` the
     token ids read before them (its documents), ``row`` its phrase set after per-row ``set_phrases`` (None: every
     phrase), and its ``draft``, ``relax``, ``logits_processor``, ``stopping_criteria`` and ``on_step``, as
-    ``generate_verified`` takes them (a row's own processors: the n-gram guard keeps the width it first sees)."""
+    ``generate_verified`` takes them (a row's own processors: the n-gram guard keeps the width it first sees).
+    ``phrases``, the table indices of its phrases, names its set instead of ``row`` (a row joining a running
+    ``VerifiedBatch`` whose table grew by its phrases)."""
 
     input_ids: Sequence[int]
     context: Sequence[int] = ()
@@ -94,6 +98,7 @@ class VerifiedRow:
     logits_processor: LogitsProcessorList | None = None
     stopping_criteria: StoppingCriteriaList | None = None
     on_step: Callable[[list[int]], bool] | None = None
+    phrases: Sequence[int] | None = None
 
 
 @torch.no_grad()
@@ -157,70 +162,165 @@ def generate_verified_batch(
     past_key_values: DynamicCache | None = None,
     on_batch_step: Callable[[list[list[int]]], None] | None = None,
 ) -> list[VerifiedOutput]:
-    """``generate_verified`` for several prompts in one batch: one forward call per step reads every row's proposal.
+    """``generate_verified`` for several prompts in one batch: one forward call per step reads every row's proposal
+    (``VerifiedBatch``, every row admitted at once). One output per row, in order; ``past_key_values`` (a shared
+    prefix) only with one row. ``on_batch_step`` hears each step once, after every row's ``on_step``: the mixed ids
+    each row in it wrote."""
+    batch = VerifiedBatch(model, accept_top_k=accept_top_k, gamma=gamma, do_sample=do_sample, top_p=top_p,
+                          temperature=temperature, eos_token_id=eos_token_id, on_batch_step=on_batch_step)
+    if not rows:
+        return []
+    batch.admit(rows, max_new_tokens, past_key_values)
+    while batch:
+        batch.step()
+    return batch.outputs()
+
+
+class VerifiedBatch:
+    """Rows decoded by one rule, one forward call a step; rows join between steps (``admit``) and leave as they end,
+    as the server's running batch does (continuous batching).
 
     The rows are left-padded; a step reads ``K`` slots of every row (its longest proposal), and the slots a row
     did not keep (its rejected and padding tokens) stay in the KV cache masked out, each row's positions counting
-    its own kept tokens only, so every row reads what it would read alone. Slots no row kept are cropped, and a row
-    that ends leaves the batch. One output per row, in order; ``past_key_values`` (a shared prefix) only with one row.
-    ``on_batch_step`` hears each step once, after every row's ``on_step``: the mixed ids each row in it wrote.
+    its own kept tokens only, so every row reads what it would read alone. Slots no row kept are cropped, and so are
+    the leading slots no row attends to once the rows that held them leave. A joining group is read on its own and
+    laid into the batch's cache, left-padded to the longer of the two.
+
+    ``model``, ``accept_top_k``, ``gamma``, ``do_sample``, ``top_p``, ``temperature`` and ``eos_token_id`` are
+    ``generate_verified``'s; ``on_batch_step`` hears each step's mixed ids, one list per row in it.
     """
-    if not rows:
-        return []
-    if not isinstance(accept_top_k, int) or accept_top_k < 1:
-        raise ValueError(f"accept_top_k must be a positive int, got {accept_top_k!r}")
-    if gamma is not None and not 0.0 < gamma <= 1.0:
-        raise ValueError(f"gamma={gamma!r} must be in (0, 1] (1: the LM's own text), or None for the top-k rule")
-    if past_key_values is not None and len(rows) > 1:
-        raise ValueError(f"past_key_values holds one prompt's prefix, but {len(rows)} rows were given: decode "
-                         "them without it, or one at a time")
-    table = getattr(model, "phrase_table", None)
-    if table is None and gamma is None:
-        raise ValueError(f"{type(model).__name__} has no phrase table: pass gamma (grounded decoding proposes drafts "
-                         "to any causal LM), or wrap it in DynamicVocabLM")
-    if any(not len(spec.input_ids) for spec in rows):
-        raise ValueError("every row needs at least one prompt token")
-    eos = model.generation_config.eos_token_id if eos_token_id is None else eos_token_id
-    rule = _Rule(table, model.vocab_size if table is not None else model.get_output_embeddings().out_features,
-                 accept_top_k, gamma, do_sample, sampling_warpers(do_sample, temperature, top_p=top_p),
-                 set(eos) if isinstance(eos, list) else set() if eos is None else {eos})
-    device, masks = model.device, table.row_masks() if table is not None else None
-    states = [_RowDecoding(spec, rule, masks, device) for spec in rows]
-    reads = [list(spec.context) + list(spec.input_ids) for spec in rows]
-    cache = past_key_values if past_key_values is not None else DynamicCache()
-    phrase_mask = _phrase_mask(masks, [spec.row for spec in rows], device)
-    logits, attention = _prefill(model, reads, cache, phrase_mask)
-    for state, read, row_logits in zip(states, reads, logits):
-        state.logits, state.position = row_logits[None], len(read)
-    active = list(range(len(rows))) if max_new_tokens > 0 else []
-    while active:
-        proposals = [states[i].propose() for i in active]
+
+    def __init__(self, model, *, accept_top_k: int = 3, gamma: float | None = None, do_sample: bool = False,
+                 top_p: float = 1.0, temperature: float = 1.0, eos_token_id: int | None = None,
+                 on_batch_step: Callable[[list[list[int]]], None] | None = None) -> None:
+        if not isinstance(accept_top_k, int) or accept_top_k < 1:
+            raise ValueError(f"accept_top_k must be a positive int, got {accept_top_k!r}")
+        if gamma is not None and not 0.0 < gamma <= 1.0:
+            raise ValueError(f"gamma={gamma!r} must be in (0, 1] (1: the LM's own text), or None for the top-k rule")
+        table = getattr(model, "phrase_table", None)
+        if table is None and gamma is None:
+            raise ValueError(f"{type(model).__name__} has no phrase table: pass gamma (grounded decoding proposes "
+                             "drafts to any causal LM), or wrap it in DynamicVocabLM")
+        eos = model.generation_config.eos_token_id if eos_token_id is None else eos_token_id
+        self.rule = _Rule(table, model.vocab_size if table is not None else model.get_output_embeddings().out_features,
+                          accept_top_k, gamma, do_sample, sampling_warpers(do_sample, temperature, top_p=top_p),
+                          set(eos) if isinstance(eos, list) else set() if eos is None else {eos})
+        self.model, self.on_batch_step = model, on_batch_step
+        self.states: list[_RowDecoding] = []  # every row admitted, by number
+        self.active: list[int] = []  # the numbers of the rows decoding, in the cache's row order
+        self.cache: DynamicCache | None = None
+        self.attention: torch.Tensor | None = None  # (B, S); None: one row with no padding (its cache is its own)
+        self._masks: tuple[tuple, torch.Tensor | None] = ((), None)
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    def admit(self, rows: Sequence[VerifiedRow], max_new_tokens: int,
+              past_key_values: DynamicCache | None = None) -> list[int]:
+        """Read ``rows`` (each row's context and prompt) and add them to the batch, to decode up to
+        ``max_new_tokens`` steps each; returns their numbers (``outputs()`` order). ``past_key_values`` may hold a
+        prefix of one joining row (its documents' keys and values, say): only the rest is read."""
+        if past_key_values is not None and len(rows) > 1:
+            raise ValueError(f"past_key_values holds one prompt's prefix, but {len(rows)} rows were given: admit "
+                             "them one at a time, each with its own")
+        if any(not len(spec.input_ids) for spec in rows):
+            raise ValueError("every row needs at least one prompt token")
+        device = self.model.device
+        states = [_RowDecoding(spec, self.rule, device, max_new_tokens) for spec in rows]
+        reads = [list(spec.context) + list(spec.input_ids) for spec in rows]
+        cache = past_key_values if past_key_values is not None else DynamicCache()
+        logits, attention = _prefill(self.model, reads, cache, self._phrase_mask(states))
+        for state, read, row_logits in zip(states, reads, logits):
+            state.logits, state.position = row_logits[None], len(read)
+        numbers = list(range(len(self.states), len(self.states) + len(rows)))
+        self.states += states
+        going = [n for n, state in enumerate(states) if not state.finished()]
+        if going:
+            if len(going) < len(states):
+                index = torch.tensor(going, device=device)
+                cache.batch_select_indices(index)
+                attention = attention[index] if attention is not None else None
+            self._join([numbers[n] for n in going], cache, attention)
+        return numbers
+
+    def step(self) -> list[int]:
+        """One forward call over every row's proposal; returns the numbers of the rows that ended (they leave)."""
+        states, device = [self.states[i] for i in self.active], self.model.device
+        proposals = [state.propose() for state in states]
         width = max(map(len, proposals))
         ids = torch.tensor([tokens + tokens[-1:] * (width - len(tokens)) for tokens in proposals], device=device)
         positions = None
-        if attention is not None:
+        if self.attention is not None:
             new = torch.tensor([[1] * len(tokens) + [0] * (width - len(tokens)) for tokens in proposals], device=device)
-            attention = torch.cat([attention, new], dim=1)
-            positions = torch.tensor([[states[i].position + j for j in range(width)] for i in active], device=device)
-        out = _forward(model, ids, cache, phrase_mask, attention_mask=attention, position_ids=positions)
-        kept = [states[i].verify(out[n, : len(tokens)]) for n, (i, tokens) in enumerate(zip(active, proposals))]
-        if on_batch_step is not None:
-            on_batch_step([states[i].written for i in active])
-        if attention is not None:
+            self.attention = torch.cat([self.attention, new], dim=1)
+            positions = torch.tensor([[state.position + j for j in range(width)] for state in states], device=device)
+        out = _forward(self.model, ids, self.cache, self._phrase_mask(states), attention_mask=self.attention,
+                       position_ids=positions)
+        kept = [state.verify(out[n, : len(tokens)]) for n, (state, tokens) in enumerate(zip(states, proposals))]
+        if self.on_batch_step is not None:
+            self.on_batch_step([state.written for state in states])
+        if self.attention is not None:
             for n, count in enumerate(kept):
-                attention[n, attention.shape[1] - width + count :] = 0
+                self.attention[n, self.attention.shape[1] - width + count :] = 0
         if max(kept) < width:  # the slots no row kept
-            cache.crop(max(kept) - width)  # transformers 5: a negative count removes that many slots
-            attention = attention[:, : attention.shape[1] - width + max(kept)] if attention is not None else None
-        staying = [n for n, i in enumerate(active) if not states[i].finished(max_new_tokens)]
-        if len(staying) < len(active):
-            if staying:
-                index = torch.tensor(staying, device=device)
-                cache.batch_select_indices(index)
-                attention = attention[index] if attention is not None else None
-                phrase_mask = phrase_mask[index] if phrase_mask is not None else None
-            active = [active[n] for n in staying]
-    return [state.output() for state in states]
+            self.cache.crop(max(kept) - width)  # transformers 5: a negative count removes that many slots
+            if self.attention is not None:
+                self.attention = self.attention[:, : self.attention.shape[1] - width + max(kept)]
+        staying = [n for n, state in enumerate(states) if not state.finished()]
+        ended = [self.active[n] for n in range(len(states)) if n not in staying]
+        if ended and staying:
+            index = torch.tensor(staying, device=device)
+            self.cache.batch_select_indices(index)
+            if self.attention is not None:  # and the slots no row attends to any more, from the left
+                self.attention = self.attention[index]
+                unused = int(self.attention.any(0).long().argmax())
+                drop_leading_slots(self.cache, unused)
+                self.attention = self.attention[:, unused:]
+        self.active = [self.active[n] for n in staying]
+        if not self.active:
+            self.cache = self.attention = None
+        return ended
+
+    def outputs(self) -> list[VerifiedOutput]:
+        """Every admitted row's output, by number."""
+        return [state.output() for state in self.states]
+
+    def _join(self, numbers: list[int], cache: DynamicCache, attention: torch.Tensor | None) -> None:
+        """Lay the joining rows' ``cache`` (and ``attention`` ``(b, S')``, None: one row) into the batch's."""
+        if not self.active:
+            self.active, self.cache, self.attention = numbers, cache, attention
+            return
+        check_layers(cache)
+        held = self.attention if self.attention is not None else _all_slots(self.cache)
+        added = attention if attention is not None else _all_slots(cache)
+        length = max(held.shape[1], added.shape[1])
+        pad_leading_slots(self.cache, length - held.shape[1])
+        pad_leading_slots(cache, length - added.shape[1])
+        join_rows(self.cache, cache, torch.arange(length, device=held.device))
+        self.attention = torch.cat([_left_padded(held, length), _left_padded(added, length)])
+        self.active += numbers
+
+    def _phrase_mask(self, states: list[_RowDecoding]) -> torch.Tensor | None:
+        """The ``(B, P)`` phrases each of ``states`` may use (None: every row, every phrase), kept while the rows
+        and the table stay as they are."""
+        table = self.rule.table
+        key = (tuple(map(id, states)), len(table) if table is not None else 0)
+        if key != self._masks[0]:
+            masks = [state.phrase_mask() for state in states]
+            mask = None if all(m is None for m in masks) else torch.stack(
+                [m if m is not None else torch.ones(len(table), dtype=torch.bool) for m in masks]).to(self.model.device)
+            self._masks = (key, mask)
+        return self._masks[1]
+
+
+def _all_slots(cache: DynamicCache) -> torch.Tensor:
+    """The ``(1, S)`` attention of a one-row cache whose slots are all its own."""
+    return torch.ones(1, cache.get_seq_length(), dtype=torch.long, device=cache.layers[0].keys.device)
+
+
+def _left_padded(attention: torch.Tensor, length: int) -> torch.Tensor:
+    """``attention`` ``(b, S)`` with ``length - S`` masked slots before its first."""
+    return torch.cat([attention.new_zeros(attention.shape[0], length - attention.shape[1]), attention], dim=1)
 
 
 def generate_grounded(model, input_ids: torch.LongTensor, max_new_tokens: int, *, gamma: float, drafter=None,
@@ -272,13 +372,6 @@ def _prefill(model, reads: list[list[int]], cache: DynamicCache,
     return logits[:, -1], attention
 
 
-def _phrase_mask(masks: torch.Tensor | None, rows: list[int | None], device: torch.device) -> torch.Tensor | None:
-    """The ``(B, P)`` phrases each row may use, from the table's per-row ``masks`` (None: every row, every phrase)."""
-    if masks is None or all(row is None for row in rows):
-        return None
-    return torch.stack([masks[row] if row is not None else torch.ones_like(masks[0]) for row in rows]).to(device)
-
-
 @dataclass
 class _Rule:
     """What every row of a batch decodes by: the phrase table (or None), the LM's vocabulary size, the acceptance
@@ -297,11 +390,12 @@ class _RowDecoding:
     """One row's decoding so far: its mixed ids ``(1, L + n)``, its text as token ids (for its drafts), the scores
     ``(1, V [+ P])`` its next step chooses from, its position (tokens read and kept), and the step being verified."""
 
-    def __init__(self, spec: VerifiedRow, rule: _Rule, masks: torch.Tensor | None, device: torch.device) -> None:
-        self.spec, self.rule = spec, rule
+    def __init__(self, spec: VerifiedRow, rule: _Rule, device: torch.device, max_new_tokens: int) -> None:
+        self.spec, self.rule, self.max_new_tokens = spec, rule, max_new_tokens
         self.processors = spec.logits_processor or LogitsProcessorList()
         self.stopping = spec.stopping_criteria or StoppingCriteriaList()
-        self.mask = None if spec.row is None or masks is None else masks[spec.row : spec.row + 1].to(device)
+        mask = self.phrase_mask()
+        self.mask = mask[None].to(device) if mask is not None else None
         self.ids = torch.tensor([list(spec.input_ids)], device=device)
         self.text = rule.table.spell(list(spec.input_ids)) if rule.table is not None else list(spec.input_ids)
         self.logits: torch.Tensor | None = None
@@ -359,8 +453,21 @@ class _RowDecoding:
         self.ended = heard_enough or tokens[kept - 1] in rule.ends or _stops(self.stopping, self.ids, [], self.scores)
         return kept
 
-    def finished(self, max_new_tokens: int) -> bool:
-        return self.ended or self.steps >= max_new_tokens
+    def phrase_mask(self) -> torch.Tensor | None:
+        """The ``(P,)`` phrases of the table this row may use: its ``phrases``, its row of per-row ``set_phrases``
+        (``row``), or None (every phrase)."""
+        table, spec = self.rule.table, self.spec
+        if table is None or (spec.phrases is None and spec.row is None):
+            return None
+        if spec.phrases is None:
+            masks = table.row_masks()
+            return masks[spec.row] if masks is not None else None
+        mask = torch.zeros(len(table), dtype=torch.bool)
+        mask[list(spec.phrases)] = True
+        return mask
+
+    def finished(self) -> bool:
+        return self.ended or self.steps >= self.max_new_tokens
 
     def output(self) -> VerifiedOutput:
         return VerifiedOutput(self.ids, self.steps, self.cut, self.kept_spans)
@@ -504,6 +611,6 @@ def _as_ids(tokens: list[int], whole: int | None, table, vocab: int, mask: torch
     if whole is not None:
         return [whole]
     index = table.index_of_ids(tuple(tokens)) if len(tokens) > 1 else None
-    if index is not None and (mask is None or bool(mask[0, index])):
+    if index is not None and (mask is None or (index < mask.shape[1] and bool(mask[0, index]))):
         return [vocab + index]
     return tokens

@@ -1,8 +1,8 @@
 """The engine: check a request against the model, then decode requests together, each row with its own phrase set; a
 request joins the running batch at the next step and leaves it when it ends (``running_batch.RunningBatch``).
-Requests with verified or grounded decoding decode in batches of their own rule
-(``dynvocab.decoding.verification.generate_verified_batch``), each row leaving when it ends. A request's documents
-are read by the library's ``retrieval.DocumentReader``."""
+Requests with verified or grounded decoding run in batches of their own rule
+(``dynvocab.decoding.verification.VerifiedBatch``), which they join between steps and leave when they end, alike. A
+request's documents are read by the library's ``retrieval.DocumentReader``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from retrieval.document_states import attach_document_states, document_token_ids
 from retrieval.timing import StageTimer
 
 from ...decoding.citations import cited_share
-from ...decoding.verification import VerifiedRow, generate_verified_batch, grounded_relax
+from ...decoding.verification import VerifiedBatch, VerifiedRow, grounded_relax
 from ...model import DynamicVocabLM
 from ...phrases.mixed_ids import Segment, segments as phrase_segments
 from ...phrases.table import Phrase, PhraseTable
@@ -35,6 +35,10 @@ from .running_batch import Admission, RunningBatch
 
 #: how often the first request of an empty batch looks for others while it waits
 POLL_SECONDS = 0.001
+#: a batch of verified or grounded decoding takes joining requests while its phrase table holds at most this many
+#: phrases: each joining row adds its own, and every step scores them all (the ids are never renumbered, as the rows'
+#: guards hold them); past it, new requests wait for the batch to end and start a fresh table
+VERIFIED_TABLE_PHRASES = 16384
 
 
 class CheckedRequest(NamedTuple):
@@ -217,7 +221,7 @@ class Engine:
             if not batch and (jobs[0].settings.verify_top_k or jobs[0].settings.grounded):  # a batch of one rule
                 first = jobs[0].key
                 admissions = self._gathered(jobs, lambda room: take(first, room), room, time.perf_counter() + wait)
-                self._decode_verified(admissions, finished, on_step)
+                self._decode_verified(admissions, lambda room: take(first, room), finished, on_step)
                 continue
             if not batch:
                 key = jobs[0].key
@@ -247,26 +251,17 @@ class Engine:
             if not len(batch):
                 batch, key = None, None
 
-    def _decode_verified(self, admissions: list[Admission], finished: Callable[[Job, Completion], None],
+    def _decode_verified(self, admissions: list[Admission], take: Callable[[int], list[Job]],
+                         finished: Callable[[Job, Completion], None],
                          stepped: Callable[[int, int, float], None] | None = None) -> None:
-        """Decode requests of one key with verified or grounded decoding, in one batch
-        (``generate_verified_batch``): each row reads its own documents and drafts from them, and each step's kept ids
-        go to its row as they come, so a row streams, stops, is cancelled and finishes as a running batch's row
-        does; ``stepped(rows, phrases, seconds)`` hears each step, as ``decode``'s ``on_step``."""
-        model, start = self.model, time.perf_counter()
+        """Decode requests of one key with verified or grounded decoding in a ``VerifiedBatch``: each row reads its
+        own documents and drafts from them, and each step's kept ids go to its row as they come, so a row streams,
+        stops, is cancelled and finishes as a running batch's row does. Between steps ``take(room)`` hands over
+        jobs of the key, which join at once (while the table has room: ``VERIFIED_TABLE_PHRASES``);
+        ``stepped(rows, phrases, seconds)`` hears each step, as ``decode``'s ``on_step``."""
+        model, table = self.model, self.model.phrase_table
         settings = admissions[0].handle.job.settings  # one key: one rule
-        model.set_phrases([admission.phrases for admission in admissions], mid_sentence_forms=False)
-        keys = None  # a state gate decodes alone (batch_key)
-        if settings.state_threshold is not None and admissions[0].documents:
-            keys = state_keys(self.document_states, admissions[0].documents, model.phrase_table.token_ids,
-                              settings.state_threshold)
-        rows = [self._verified_row(admission, number) for number, admission in enumerate(admissions)]
-        for admission in admissions:
-            admission.handle.stages["encode"] = (time.perf_counter() - start) / len(admissions)
-        if admissions[0].seed is not None:
-            torch.manual_seed(admissions[0].seed)
-        decoding = last = time.perf_counter()
-        ended: set[int] = set()
+        last = time.perf_counter()
 
         def batch_step(written: list[list[int]]) -> None:
             nonlocal last
@@ -275,17 +270,23 @@ class Engine:
                 stepped(len(written), phrases, time.perf_counter() - last)
             last = time.perf_counter()
 
+        batch = VerifiedBatch(model, accept_top_k=settings.verify_top_k or 1,
+                              gamma=settings.gamma if settings.grounded else None, do_sample=settings.do_sample,
+                              top_p=settings.top_p, temperature=settings.temperature, on_batch_step=batch_step)
+        joined: list[tuple[Admission, float]] = []  # by row number: each request and when it joined
+        ended: set[int] = set()
+
         def end(number: int) -> None:
             """Hand row ``number``'s completion over as soon as it ends, not when the batch does."""
             ended.add(number)
-            prepared = admissions[number].handle
-            prepared.stages["decode"] = time.perf_counter() - decoding
-            completion = self._completion(prepared, admissions[number].row)
-            prepared.job.on_done(completion)
-            finished(prepared.job, completion)
+            admission, started = joined[number]
+            admission.handle.stages["decode"] = time.perf_counter() - started
+            completion = self._completion(admission.handle, admission.row)
+            admission.handle.job.on_done(completion)
+            finished(admission.handle.job, completion)
 
         def heard(number: int) -> Callable[[list[int]], bool]:
-            row = admissions[number].row
+            row = joined[number][0].row
 
             def on_step(ids: list[int]) -> bool:
                 for token in ids:
@@ -297,20 +298,49 @@ class Engine:
 
             return on_step
 
-        for number, row in enumerate(rows):
-            row.on_step = heard(number)
+        def rows_of(group: list[Admission]) -> list[VerifiedRow]:
+            """``group`` 's phrases added to the table and its rows made, numbered on from the rows before."""
+            start, rows = time.perf_counter(), []
+            for admission in group:
+                checked = table.validate(admission.phrases)
+                table.add_validated(checked)
+                rows.append(self._verified_row(admission, sorted({table.index_of_ids(ids) for _, ids in checked})))
+            model.refresh_phrase_vectors(only_new=True)
+            for admission in group:
+                admission.handle.stages["encode"] = (time.perf_counter() - start) / len(group)
+            numbers = range(len(joined), len(joined) + len(group))
+            joined.extend((admission, time.perf_counter()) for admission in group)
+            for number, row in zip(numbers, rows):
+                row.on_step = heard(number)
+            if group[0].seed is not None:
+                torch.manual_seed(group[0].seed)
+            return rows
+
+        if len(table) or table.num_rows is not None:
+            table.keep([])  # a fresh table (the phrase cache keeps the vectors)
+        first = rows_of(admissions)
+        keys = None  # a state gate decodes alone (batch_key)
+        if settings.state_threshold is not None and admissions[0].documents:
+            keys = state_keys(self.document_states, admissions[0].documents, table.token_ids, settings.state_threshold)
         with model.state_gate(keys):
-            generate_verified_batch(model, rows, max(admission.row.max_tokens for admission in admissions),
-                                    accept_top_k=settings.verify_top_k or 1,
-                                    gamma=settings.gamma if settings.grounded else None, do_sample=settings.do_sample,
-                                    top_p=settings.top_p, temperature=settings.temperature, on_batch_step=batch_step)
-        for number in range(len(admissions)):
-            if number not in ended:  # ended by the decoding itself (its steps), not by its row
+            batch.admit(first, max(admission.row.max_tokens for admission in admissions))
+            while batch:
+                room = self.config.max_batch_size - len(batch)
+                jobs = take(room) if room > 0 and len(table) <= VERIFIED_TABLE_PHRASES else []
+                if jobs:
+                    group = self._admissions(jobs)
+                    batch.admit(rows_of(group), max(admission.row.max_tokens for admission in group))
+                if batch:
+                    for number in batch.step():
+                        if number not in ended:  # ended by the decoding itself (its steps), not by its row
+                            end(number)
+        for number in range(len(joined)):
+            if number not in ended:  # asked for no step, or ended while it was read
                 end(number)
 
-    def _verified_row(self, admission: Admission, number: int) -> VerifiedRow:
+    def _verified_row(self, admission: Admission, phrases: list[int]) -> VerifiedRow:
         """One request as a row of verified or grounded decoding: its prompt (after its documents, grounded), its
-        phrase set ``number``, the drafts from its documents and its own safeguards."""
+        phrases (table indices), the drafts from its documents and its own safeguards."""
         model, prepared = self.model, admission.handle
         settings = prepared.job.settings
         reader = DocumentReader(model, settings)
@@ -318,14 +348,15 @@ class Engine:
         drafter = reader.drafter(read) if settings.draft_tokens else None
         gate = {"phrase_contexts": admission.contexts} if admission.contexts is not None else {}
         if not settings.grounded:
-            return VerifiedRow(admission.prompt_ids, row=number, draft=drafter.draft if drafter else None,
-                               logits_processor=model.phrase_processors_in(settings.generation_kwargs() | gate))
+            return VerifiedRow(admission.prompt_ids, draft=drafter.draft if drafter else None,
+                               logits_processor=model.phrase_processors_in(settings.generation_kwargs() | gate),
+                               phrases=phrases)
         context = reader.context_ids(prepared.documents)
         prompt = model.tokenizer(prepared.job.request.prompt, add_special_tokens=not context)["input_ids"]
         gate["no_repeat_ngram_scope"] = "new"  # the n-gram guard judges the continuation: copying documents is allowed
-        return VerifiedRow(prompt, context, number, drafter.draft if drafter else None,
+        return VerifiedRow(prompt, context, None, drafter.draft if drafter else None,
                            grounded_relax(drafter, settings.relax_after),
-                           model.phrase_processors_in(settings.generation_kwargs() | gate))
+                           model.phrase_processors_in(settings.generation_kwargs() | gate), phrases=phrases)
 
     def _gathered(self, jobs: list[Job], take: Callable[[int], list[Job]], room: int, deadline: float) -> list[Admission]:
         """``jobs`` and those of their key that arrive until ``deadline`` (or until ``room`` is full), prepared as

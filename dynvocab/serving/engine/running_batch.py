@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, LogitsProcessorList
 
+from ...decoding.kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_slots, select_rows
 from ...decoding.readback import WIDTHS_ATTRIBUTE
 from ...decoding.sampling import choose, sampling_warpers
 from ...model import PHRASE_PROCESSOR_ARGS, DynamicVocabLM
@@ -30,7 +31,6 @@ from ...phrases.table import Phrase
 from ...states.keys import StateKeys, state_keys
 from ...states.store import DocumentStates
 from ...tokens.padding import pad_sequences, position_ids_from_mask
-from .kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_slots, select_rows
 from .rows import Row
 
 __all__ = ["ActiveRow", "Admission", "RunningBatch"]

@@ -10,7 +10,13 @@ from dynvocab import DynamicVocabLM
 from dynvocab.decoding.citations import cite, cited_share
 from dynvocab.decoding.drafting import DocumentDrafter
 from dynvocab.decoding.repetition import PhraseNoRepeatNGram
-from dynvocab.decoding.verification import VerifiedRow, accept_relaxed, generate_verified, generate_verified_batch
+from dynvocab.decoding.verification import (
+    VerifiedBatch,
+    VerifiedRow,
+    accept_relaxed,
+    generate_verified,
+    generate_verified_batch,
+)
 from tests.helpers import PhrasesAlwaysWin, PreferPhrases, TableLM
 
 DOCUMENT = " The river rises in the northern hills and flows south through the old town to the sea."
@@ -261,6 +267,62 @@ def test_a_batch_of_prompts_writes_what_each_prompt_writes_alone(base_model, tok
     if gamma == 1.0:
         first = together[0].sequences[0, len(tokenizer(prompts[0]).input_ids) :].tolist()
         assert first == reference[: len(first)]
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.3])
+def test_rows_joining_a_running_batch_write_what_each_writes_alone(base_model, tokenizer, gamma):
+    """Rows join between steps, one reading more than the row decoding (its cache gains masked slots on the left)
+    and one less: every row writes what it writes alone, and the batch runs on while rows join and leave."""
+    documents = [DOCUMENT, " Mountains rise above the valley floor, and the valley floor is green." * 2, ""]
+    prompts = [" The city of", " In the north of the old country the river", " Old stone bridges"]
+
+    def row(n: int) -> VerifiedRow:
+        context = tokenizer(documents[n]).input_ids if documents[n] else []
+        guard = LogitsProcessorList([PhraseNoRepeatNGram(3, base_model.config.vocab_size, [], "new")])
+        return VerifiedRow(tokenizer(prompts[n]).input_ids, context, logits_processor=guard,
+                           draft=DocumentDrafter([context] if context else [], 6, min_context=1).draft)
+
+    alone = [generate_verified_batch(base_model, [row(n)], 10, gamma=gamma)[0] for n in range(3)]
+    batch = VerifiedBatch(base_model, gamma=gamma)
+    assert batch.admit([row(0)], 10) == [0]
+    batch.step()
+    assert batch.admit([row(1)], 10) == [1]  # reads more than the first has so far
+    batch.step()
+    assert batch.admit([row(2)], 10) == [2]  # reads less than the batch holds
+    sizes = []
+    while batch:
+        sizes.append(len(batch))
+        batch.step()
+        if batch.attention is not None:  # the cache holds each row's own tokens, and no slot that no row attends to
+            assert bool(batch.attention[:, 0].any())
+            assert [int(row.sum()) for row in batch.attention] == [batch.states[n].position for n in batch.active]
+    assert sizes[0] == 3 and sizes == sorted(sizes, reverse=True)
+    for one, joined in zip(alone, batch.outputs()):
+        assert joined.sequences.tolist() == one.sequences.tolist()
+        assert (joined.steps, joined.cut, joined.kept_spans) == (one.steps, one.cut, one.kept_spans)
+
+
+def test_a_row_joining_with_its_own_phrases_uses_only_those(llama, tokenizer):
+    """The table grows by a joining row's phrases; each row picks among its own (``VerifiedRow.phrases``)."""
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    model.scorer = PreferPhrases()  # a phrase of the row's own set wins every step
+    model.set_phrases([" the river", " of the old town"], mid_sentence_forms=False)
+    every = model.vocab_size  # the LM's top-k of every token: each phrase is kept whole
+    first = VerifiedRow(tokenizer(" The city of").input_ids, phrases=[0, 1])
+    batch = VerifiedBatch(model, accept_top_k=every)
+    batch.admit([first], 6)
+    batch.step()
+    model.add_phrases([" a green valley"], mid_sentence_forms=False)
+    second = VerifiedRow(tokenizer(" Far").input_ids, phrases=[2])
+    batch.admit([second], 6)
+    while batch:
+        batch.step()
+    owns = ({" the river", " of the old town"}, {" a green valley"})
+    for spec, joined, own in zip((first, second), batch.outputs(), owns):
+        alone = generate_verified_batch(model, [spec], 6, accept_top_k=every)[0]
+        assert joined.sequences.tolist() == alone.sequences.tolist()
+        phrases = [model.phrase_table.phrases[i - every].text for i in joined.sequences[0].tolist() if i >= every]
+        assert phrases and set(phrases) <= own
 
 
 def test_a_batch_of_prompts_with_their_own_phrase_sets_writes_what_each_writes_alone(llama, tokenizer):

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from dynvocab import DynamicVocabLM, pack_linear_layers, unpack_linear_layers
+from dynvocab.hardware import packed_linear
 from dynvocab.hardware.packed_linear import PackedLinear
 from dynvocab.loading import load_lm
 
@@ -74,6 +75,22 @@ def test_training_takes_torchs_path_with_gradients():
     assert "_packed" not in packed.__dict__
     torch.testing.assert_close(packed.weight.grad, plain.weight.grad)
     assert x.grad is not None
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native-bf16", "emulated-bf16"])
+def test_bfloat16_is_packed_only_where_the_cpu_computes_it(monkeypatch, native):
+    """On a CPU with native bf16 a bfloat16 layer runs packed and computes what ``nn.Linear`` does in bf16; where bf16
+    is emulated it takes torch's path (oneDNN's emulated bf16 GEMM is slower than float32)."""
+    monkeypatch.setattr(packed_linear, "cpu_bf16", lambda: native)
+    plain, packed = _packed_layer()
+    plain, packed = plain.to(torch.bfloat16), packed.to(torch.bfloat16)
+    x = torch.randn(3, 5, 24, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        got, expected = packed(x), plain(x)
+    assert got.dtype == torch.bfloat16 and ("_packed" in packed.__dict__) == native
+    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+    with torch.inference_mode(), pytest.raises(RuntimeError):
+        packed(x.float())  # a float32 input to a bf16 layer: torch's own error, as nn.Linear's
 
 
 def test_other_dtypes_take_torchs_path():

@@ -72,6 +72,31 @@ def test_grounded_requests_write_the_lm_text_given_their_documents_alone_and_bat
         assert citation["document"] == "0"
 
 
+def test_a_grounded_request_arriving_mid_batch_joins_it_and_writes_what_it_writes_alone(make_engine):
+    """Continuous batching of grounded rows: a request queued while a grounded batch decodes joins it at the next
+    step (its documents read on their own and laid into the batch's cache) instead of waiting for it to end."""
+    engine = make_engine()
+    requests = [{"prompt": PROMPT, "max_tokens": 16, "documents": ["The old bridge crosses the river."]},
+                {"prompt": "A bridge", "max_tokens": 16, "documents": ["Rivers run to the sea."]},
+                {"prompt": "The valley below the town", "max_tokens": 8,
+                 "documents": ["The valley below the town is green and wide, and the river runs through it."]}]
+    made = [job(engine, fields, n) for n, fields in enumerate(requests)]
+    waiting, done, steps = made[:2], {}, []
+
+    def take(key, room):
+        if len(steps) == 2 and made[2] not in waiting and made[2].request_id not in done:
+            waiting.append(made[2])  # queued after the batch's second step
+        taken = [m for m in waiting if key is None or m.key == key][:room]
+        waiting[:] = [m for m in waiting if m not in taken]
+        return taken
+
+    engine.decode(take, lambda job_, completion: done.__setitem__(job_.request_id, completion),
+                  lambda rows, *_: steps.append(rows))
+    assert steps[:2] == [2, 2] and steps[2] == 3  # it joined the running batch at its third step
+    for fields, queued in zip(requests, made):
+        assert done[queued.request_id].text == decode_all(engine, [fields])[0].text  # what it writes alone
+
+
 def test_a_request_without_documents_or_asking_for_verification_is_not_grounded(make_engine):
     engine = make_engine()
     assert not job(engine, {"prompt": PROMPT}, 0).settings.grounded

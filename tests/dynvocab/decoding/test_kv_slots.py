@@ -6,7 +6,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from dynvocab.serving.engine.kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_slots, select_rows
+from dynvocab.decoding.kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_slots, select_rows
 
 
 def cache_of(*layers: torch.Tensor) -> DynamicCache:
