@@ -107,18 +107,19 @@ def summarize(results: list) -> None:
     steps = sum(r.steps for r, _ in results)
     phrase_steps = sum(r.phrase_steps for r, _ in results)
     bare_steps = sum(b["steps"] for _, b in results)
+    mode = "grounded" if getattr(results[0][0], "grounded", False) else "dynamic"
     chars, bare_chars = sum(len(r.text) for r, _ in results), sum(len(b["text"]) for _, b in results)
     total = {k: sum(r.latency[k] for r, _ in results) for k in results[0][0].latency}
     print(f"=== summary over {len(results)} prompts")
     print(f"phrase steps: {phrase_steps}/{steps} ({100 * phrase_steps / max(steps, 1):.1f}%); cited: "
           f"{100 * sum(r.cited_share * len(r.text) for r, _ in results) / max(chars, 1):.0f}% of the characters")
     print(
-        f"characters per step: dynamic {chars / max(steps, 1):.2f}, bare LM {bare_chars / max(bare_steps, 1):.2f}"
+        f"characters per step: {mode} {chars / max(steps, 1):.2f}, bare LM {bare_chars / max(bare_steps, 1):.2f}"
     )
     bare_seconds = sum(b["seconds"] for _, b in results)
     print("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in total.items()) + f"; bare LM {bare_seconds:.2f} s")
     # both sides decode the same number of steps, so the fair comparison is time per character written
-    dynamic_rate = sum(total.values()) / max(chars, 1)
+    rate = sum(total.values()) / max(chars, 1)
     bare_rate = bare_seconds / max(bare_chars, 1)
-    print(f"ms per character written: dynamic {1e3 * dynamic_rate:.2f} (everything included), bare LM {1e3 * bare_rate:.2f} "
-          f"({dynamic_rate / bare_rate:.2f}x)")
+    print(f"ms per character written: {mode} {1e3 * rate:.2f} (everything included), bare LM {1e3 * bare_rate:.2f} "
+          f"({rate / bare_rate:.2f}x)")

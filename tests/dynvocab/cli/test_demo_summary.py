@@ -13,3 +13,11 @@ def test_the_summary_compares_time_per_character_written(capsys):
     assert "phrase steps: 4/10 (40.0%); cited: 25% of the characters" in out
     assert "characters per step: dynamic 20.00, bare LM 10.00" in out
     assert "ms per character written: dynamic 10.00 (everything included), bare LM 15.00 (0.67x)" in out
+
+
+def test_a_grounded_summary_names_its_mode(capsys):
+    grounded = SimpleNamespace(steps=10, phrase_steps=0, text="x" * 200, latency={"decode": 2.0}, cited_share=0.5,
+                               grounded=True)
+    summarize([(grounded, {"steps": 10, "text": "y" * 100, "seconds": 1.5})])
+    out = capsys.readouterr().out
+    assert "characters per step: grounded 20.00" in out and "ms per character written: grounded 10.00" in out
