@@ -64,18 +64,7 @@ class DocumentDrafter:
         ids = list(ids)
         self._index_text(ids)
         self._judge(ids)
-        proposals = []
-        for n in self.sizes:
-            if len(ids) < n:
-                continue
-            context = tuple(ids[-n:])
-            if context in self._seen:
-                start = self._seen[context]
-                proposals.append((("text", n), self._text[start : start + self.draft_tokens]))
-            if context in self._followers:
-                d, start = self._followers[context]
-                proposals.append((("documents", n), self._documents[d][start : start + self.draft_tokens]))
-        proposals = [(source, trimmed) for source, draft in proposals if (trimmed := self._unrepeated(ids, draft))]
+        proposals = self._proposals(ids)
         self._pending += [(len(ids), source, proposal) for source, proposal in proposals]
         if not proposals:
             return []
@@ -87,6 +76,27 @@ class DocumentDrafter:
         if proposals[best][0][0] == "documents":
             self._last = self._followers[tuple(ids[-proposals[best][0][1] :])]
         return proposals[best][1]
+
+    def proposals(self, ids: Sequence[int]) -> list[tuple[tuple[str, int], list[int]]]:
+        """Every source's draft after ``ids`` (same rules as ``draft``), as ``(source, tokens)``, whatever each is
+        expected to keep; nothing is counted for the sources. ``draft`` proposes the one expected to keep most."""
+        ids = list(ids)
+        self._index_text(ids)
+        return self._proposals(ids)
+
+    def _proposals(self, ids: list[int]) -> list[tuple[tuple[str, int], list[int]]]:
+        proposals = []
+        for n in self.sizes:
+            if len(ids) < n:
+                continue
+            context = tuple(ids[-n:])
+            if context in self._seen:
+                start = self._seen[context]
+                proposals.append((("text", n), self._text[start : start + self.draft_tokens]))
+            if context in self._followers:
+                d, start = self._followers[context]
+                proposals.append((("documents", n), self._documents[d][start : start + self.draft_tokens]))
+        return [(source, trimmed) for source, draft in proposals if (trimmed := self._unrepeated(ids, draft))]
 
     def anchored(self, ids: Sequence[int]) -> int:
         """How many of the last tokens of ``ids`` (the text the last draft was made for) stand verbatim just before

@@ -295,8 +295,7 @@ class VerifiedBatch:
         added = attention if attention is not None else _all_slots(cache)
         length = max(held.shape[1], added.shape[1])
         pad_leading_slots(self.cache, length - held.shape[1])
-        pad_leading_slots(cache, length - added.shape[1])
-        join_rows(self.cache, cache, torch.arange(length, device=held.device))
+        join_rows(self.cache, cache, torch.arange(length - added.shape[1], length, device=held.device))
         self.attention = torch.cat([_left_padded(held, length), _left_padded(added, length)])
         self.active += numbers
 

@@ -52,19 +52,10 @@ def tree_nodes(proposals: list[list[int]]) -> int:
 
 
 def every_draft(drafter: DocumentDrafter, ids: list[int]) -> list[list[int]]:
-    """Every source's draft after ``ids`` (``DocumentDrafter.draft`` keeps the one expected to keep most)."""
-    drafter._index_text(ids)
-    drafts = []
-    for n in drafter.sizes:
-        context = tuple(ids[-n:])
-        if len(ids) >= n and context in drafter._seen:
-            start = drafter._seen[context]
-            drafts.append(drafter._text[start : start + drafter.draft_tokens])
-        if len(ids) >= n and context in drafter._followers:
-            document, start = drafter._followers[context]
-            drafts.append(drafter._documents[document][start : start + drafter.draft_tokens])
-    kept = [draft for d in drafts if (draft := drafter._unrepeated(ids, d))]
-    return [draft for j, draft in enumerate(kept) if draft not in kept[:j]]
+    """Every source's draft after ``ids``, each distinct one once (``DocumentDrafter.draft`` keeps the one expected to
+    keep most)."""
+    drafts = [draft for _, draft in drafter.proposals(ids)]
+    return [draft for j, draft in enumerate(drafts) if draft not in drafts[:j]]
 
 
 class CorpusDrafts:

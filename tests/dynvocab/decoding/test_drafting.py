@@ -19,6 +19,14 @@ def test_the_follower_of_the_longest_matching_context_is_drafted():
     assert DocumentDrafter([[1, 2, 3, 4]], 8).draft([1, 2]) == [3, 4]  # up to the document's end
 
 
+def test_every_source_s_draft_is_listed_and_draft_proposes_one_of_them():
+    drafter = DocumentDrafter([[1, 2, 3, 4, 5, 6], [9, 2, 3, 7, 8]], draft_tokens=2)
+    text = [0, 2, 3, 5, 2, 3]
+    assert drafter.proposals(text) == [(("text", 2), [5, 2]), (("documents", 2), [4, 5])]
+    assert drafter.draft(text) in [tokens for _, tokens in drafter.proposals(text)]
+    assert DocumentDrafter([[1, 2, 3]], 4).proposals([5, 3]) == []
+
+
 def test_under_a_no_repeat_guard_a_draft_stops_before_a_repeated_ngram_and_gives_way():
     text = [5, 6, 7, 8, 1, 2]
     documents = [[9, 1, 2, 7, 8, 3, 4], [0, 1, 2, 3, 4]]
