@@ -17,6 +17,10 @@ from dynvocab.config import check_at_least, check_field_types
 GROUNDED_GAMMA = 0.05
 GROUNDED_RELAX_AFTER = 4
 GROUNDED_DRAFT_TOKENS = 8
+#: what a drafted forward call costs beyond a one-token call, in one-token calls, where drafts can change the text
+#: (relaxed, top-k or sampled acceptance): fixed, so that the text does not depend on a timing; this is about what
+#: dynvocab.decoding.verification.draft_step_cost measures on a 2-core CPU (0.09-0.33 in the reports' runs)
+FIXED_DRAFT_STEP_COST = 0.3
 
 DECODING_DEFAULTS = {
     "greedy": {"agreement_top_k": 3, "first_token_mass": False, "phrase_bias": 0.0},
@@ -110,8 +114,9 @@ class PipelineConfig:
     draft_step_cost: float | None = field(
         default=None,
         metadata={"help": "Drafting: what a forward call over a drafted step costs beyond a one-token call, in one-token "
-                          "calls; a source drafts only while its drafts keep more tokens than that (None: measured on "
-                          "this machine at the first request, about 0.3 on a 2-core CPU; 0: always draft)."},
+                          "calls; a source drafts only while its drafts keep more tokens than that (0: always draft; "
+                          "None: measured on this machine at the first request where drafts cannot change the text, "
+                          "greedy with gamma=1 or verify_top_k=1, else 0.3 so that the text does not depend on a timing)."},
     )
     max_new_tokens: int = field(default=128, metadata={"help": "Decoding steps at most."})
     max_chars: int | None = field(default=None, metadata={"help": "Stop once the continuation has this many characters."})
@@ -129,6 +134,8 @@ class PipelineConfig:
         check_at_least(self, 0, ("read_documents", "read_tokens", "relax_after", "document_kv"))
         if self.draft_tokens is None:
             self.draft_tokens = GROUNDED_DRAFT_TOKENS if self.grounded else 0
+        if self.draft_step_cost is None and not self.drafts_keep_the_text:
+            self.draft_step_cost = FIXED_DRAFT_STEP_COST
         if not 0.0 < self.gamma <= 1.0:
             raise ValueError(f"gamma={self.gamma} must be in (0, 1] (1: the LM's own text given the documents)")
         if self.document_kv and not (self.grounded and self.document_kv <= self.read_documents):
@@ -160,7 +167,8 @@ class PipelineConfig:
             raise ValueError(", ".join(f"{name}={getattr(self, name)}" for name in counts)
                              + f" must be >= 0 and repetition_penalty={self.repetition_penalty} > 0")
         if self.draft_step_cost is not None and self.draft_step_cost < 0:
-            raise ValueError(f"draft_step_cost={self.draft_step_cost} must be >= 0 (0: always draft), or None to measure it")
+            raise ValueError(f"draft_step_cost={self.draft_step_cost} must be >= 0 (0: always draft), or None for "
+                             "the default")
         if self.state_threshold is not None and not -1.0 <= self.state_threshold <= 1.0:
             raise ValueError(f"state_threshold={self.state_threshold} is a cosine: pass a value in [-1, 1] "
                              "(e.g. 0.97), or None for no state gate")
@@ -171,6 +179,12 @@ class PipelineConfig:
             raise ValueError(f"draft_tokens={self.draft_tokens} needs verified decoding: pass grounded=True (the "
                              "default), verify_top_k=1 (a draft is kept as far as the LM's own greedy text agrees) or "
                              "more, or draft_tokens=0")
+
+    @property
+    def drafts_keep_the_text(self) -> bool:
+        """Whether drafts change only the number of LM calls, never the text: greedy decoding that keeps a drafted
+        token only where it is the LM's best (gamma=1 grounded, verify_top_k=1 verified)."""
+        return not self.do_sample and (self.gamma == 1.0 if self.grounded else self.verify_top_k == 1)
 
     def generation_kwargs(self) -> dict[str, Any]:
         # pure nucleus sampling: top_k=0 lifts the default top-50 cut of the generation config

@@ -68,6 +68,8 @@ class DocumentReader:
     def candidates(self, documents: list[dict]) -> list[Phrase]:
         """Phrases of ``documents`` that the model's phrase table accepts, best first."""
         c = self.config
+        if not c.max_phrases:  # the bare LM's vocabulary: nothing to cut
+            return []
         found = extract_phrases(  # a few spares: a phrase whose text re-tokenizes too long is dropped below
             documents, self.model.tokenizer, unit=c.unit, min_length=c.min_length, max_length=c.max_length,
             min_count=c.min_count, max_phrases=c.max_phrases + c.max_phrases // 8 + 8, edges=c.edges, ranking=c.ranking,
@@ -113,7 +115,7 @@ class DocumentReader:
         """Drafts of ``config.draft_tokens`` tokens from ``documents`` and the text so far, for one prompt."""
         c, texts = self.config, [d["text"] for d in documents]
         cost = c.draft_step_cost
-        if cost is None:  # measured once per model and draft length
+        if cost is None:  # drafts cannot change the text (PipelineConfig.drafts_keep_the_text): measured once per model and draft length
             costs = _DRAFT_STEP_COSTS.setdefault(self.model, {})
             if c.draft_tokens not in costs:
                 costs[c.draft_tokens] = draft_step_cost(self.model, c.draft_tokens)

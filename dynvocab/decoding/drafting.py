@@ -9,7 +9,8 @@ text is the bare LM's own and only the number of steps changes.
 
 A forward call over a token and its draft costs more than one over the token alone where the LM's step is
 compute-bound (about 1.3x on a 2-core CPU with prepacked linear layers, 1.6x without; near 1x expected on a
-GPU, not measured: ``dynvocab.decoding.verification.draft_step_cost``). So the drafter keeps count, per source (the text or
+GPU, not measured: ``dynvocab.decoding.verification.draft_step_cost``; a fixed value wherever a kept draft can change
+the text, so that it does not depend on a timing). So the drafter keeps count, per source (the text or
 the documents, and the context length), of how many tokens its proposals would have kept: each proposal is judged
 against the text once the text has grown past it, whether it was drafted or not. It drafts from the source expected
 to keep most, and only when that is more than ``step_cost``.

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from dynvocab import DotProductScorer, DynamicVocabLM, Phrase
-from retrieval import DocumentIndex
-from retrieval.config import PipelineConfig
+from retrieval import DocumentIndex, reading
+from retrieval.config import FIXED_DRAFT_STEP_COST, PipelineConfig
 from retrieval.pipeline import _DOCUMENT_STATES, PhrasePipeline
 from retrieval.reading import _DRAFT_STEP_COSTS
 from tests.helpers import PreferPhrases
@@ -347,6 +347,36 @@ def test_grounded_settings_are_checked():
     with pytest.raises(ValueError, match="relax_after=-1"):
         PipelineConfig(relax_after=-1)
     assert PipelineConfig().draft_tokens == 8 and PipelineConfig(grounded=False).draft_tokens == 0
+
+
+@pytest.mark.parametrize(("settings", "timed"), [
+    ({"gamma": 1.0}, True),
+    ({"grounded": False, "verify_top_k": 1, "draft_tokens": 8}, True),
+    ({}, False),  # relaxed (gamma 0.05): a kept draft changes the text
+    ({"gamma": 1.0, "do_sample": True}, False),  # sampled: drafts change what the draws see
+    ({"grounded": False, "verify_top_k": 3, "draft_tokens": 8}, False),
+])
+def test_the_drafts_step_cost_is_timed_only_where_drafts_cannot_change_the_text(pipeline, monkeypatch, settings, timed):
+    def timing(model, draft_tokens):
+        calls.append(draft_tokens)
+        return 0.05
+    calls = []
+    monkeypatch.setattr(reading, "draft_step_cost", timing)
+    _DRAFT_STEP_COSTS.pop(pipeline.model, None)
+    pipeline.config = PipelineConfig(max_new_tokens=8, **settings)
+    step_cost = pipeline.drafter([DOCS[0]]).step_cost
+    assert (step_cost, calls) == ((0.05, [8]) if timed else (FIXED_DRAFT_STEP_COST, []))
+    pipeline.config = PipelineConfig(max_new_tokens=8, **settings, draft_step_cost=0.0)  # an explicit cost is kept
+    assert pipeline.drafter([DOCS[0]]).step_cost == 0.0
+
+
+def test_no_phrases_wanted_means_no_phrases_cut(pipeline, monkeypatch):
+    def extract(*args, **kwargs):
+        raise AssertionError("phrases were cut for a request that plugs in none")
+    monkeypatch.setattr(reading, "extract_phrases", extract)
+    pipeline.config = PipelineConfig(max_phrases=0, max_new_tokens=4)
+    assert pipeline.candidates(DOCS) == []
+    assert pipeline("Which river flows through New York City?").text
 
 
 def test_the_context_cut_at_each_document_joins_back_to_what_the_lm_reads(tokenizer):
