@@ -59,12 +59,13 @@ class PipelineConfig:
     read_documents: int = field(default=2, metadata={"help": "Grounded decoding: top documents put in the LM's context."})
     read_tokens: int = field(default=384, metadata={"help": "Grounded decoding: tokens the LM reads of each of them."})
     cite_tokens: int = field(default=4, metadata={"help": "Grounded decoding: cite a copied span of at least n tokens."})
-    document_kv: int = field(
-        default=0,
+    document_kv: int | None = field(
+        default=None,
         metadata={"help": "Grounded decoding: the first n read documents come as keys and values read once (kept in "
                           "memory, or in a store beside the index: `dynvocab document-kv`) instead of the LM reading "
-                          "them with every request (dynvocab.states.kv; rotary LMs; one prompt at a time). 1 is "
-                          "exact; with 2 or more a later document did not attend to the ones before it. 0: off."},
+                          "them with every request (dynvocab.states.kv; rotary LMs). 1 is exact; with 2 or more a "
+                          "later document did not attend to the ones before it. 0: off. None: 1 where the index keeps "
+                          "them beside it in float32 (the same text, without reading the first document), else 0."},
     )
     unit: str = field(default="tokens", metadata={"help": "Phrase unit: 'tokens' (2-8 LM tokens) or 'words'."})
     min_length: int = field(default=2, metadata={"help": "Shortest phrase, in units."})
@@ -131,7 +132,10 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         check_at_least(self, 1, ("top_k", "max_new_tokens", "realtime_every", "min_length", "cite_tokens"))
-        check_at_least(self, 0, ("read_documents", "read_tokens", "relax_after", "document_kv"))
+        check_at_least(self, 0, ("read_documents", "read_tokens", "relax_after"))
+        if self.document_kv is not None and self.document_kv < 0:
+            raise ValueError(f"document_kv={self.document_kv} must be >= 0, or None to read the first document from a "
+                             "store beside the index where there is one")
         if self.draft_tokens is None:
             self.draft_tokens = GROUNDED_DRAFT_TOKENS if self.grounded else 0
         if self.draft_step_cost is None and not self.drafts_keep_the_text:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from transformers import StoppingCriteriaList
@@ -27,7 +28,7 @@ from dynvocab.states.kv import DocumentKV
 from dynvocab.tokens import pad_id
 
 from .config import PipelineConfig
-from .document_states import attach_document_states, document_token_ids
+from .document_states import KV_FOLDER, attach_document_states, document_token_ids
 from .index.dense import DocumentIndex
 from .phrase_vectors import attach_phrase_vectors
 from .reading import DocumentReader
@@ -146,6 +147,22 @@ class PhrasePipeline(DocumentReader):
         attach_document_states(_DOCUMENT_KV[lm], self.index)
         return _DOCUMENT_KV[lm]
 
+    def stored_documents(self) -> int:
+        """How many of the read documents come as keys and values read once: ``config.document_kv``, or with None 1
+        where the index keeps them beside it in float32 for this LM (``dynvocab document-kv``: the first document's
+        are the LM's own, so the text is the same), else 0."""
+        c = self.config
+        if c.document_kv is not None:
+            return c.document_kv
+        folder = getattr(self.index, "directory", None)
+        if not (c.grounded and c.read_documents and folder is not None and (Path(folder) / KV_FOLDER).is_dir()):
+            return 0
+        try:
+            stores = self.document_kv().stores
+        except ValueError:  # an LM without rotary embeddings cannot take stored keys
+            return 0
+        return int(any(store.directory.parent == Path(folder) and store.record["dtype"] == "float32" for store in stores))
+
     def state_keys(self, documents: list[list[dict]], phrases: list[list[Phrase]]) -> StateKeys | None:
         """With ``config.state_threshold``, the keys of each prompt's phrases in its own documents, once the phrases
         are set on the model (``generate``'s ``phrase_state_keys``, ``dynvocab.states.keys``); None when it is off."""
@@ -261,7 +278,8 @@ class PhrasePipeline(DocumentReader):
                 ids, context, row if len(prompts) > 1 else None, drafter.draft if drafter else None,
                 grounded_relax(drafter, c.relax_after), model.phrase_processors_in(kwargs | gate),
                 character_budget(model, len(ids), budgets[row] if budgets is not None else None)))
-        caches = [self.document_kv().cache(read[: c.document_kv]) for read in parts] if c.document_kv else None
+        stored = self.stored_documents()
+        caches = [self.document_kv().cache(read[:stored]) for read in parts] if stored else None
         outputs = self._decode_rows(rows, keys, caches, gamma=c.gamma)
         return [(out, len(row.input_ids)) for out, row in zip(outputs, rows)]
 

@@ -35,3 +35,4 @@ def test_main_runs_on_tiny_settings(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "recall@8 against flat" in out and "phrase extraction (gpt2 tokenizer)" in out
     assert 0.0 <= results["recall_ivf"] <= 1.0 and results["search_flat_ms"] > 0
+    assert "docs cut afresh" in out and "docs cut before" in out and results["phrases_gpt2_seen_ms"] > 0

@@ -84,6 +84,32 @@ def test_grounded_decoding_reads_the_documents_keys_and_values_from_the_store(ll
         assert max(calls) < len(first) + len(second)
 
 
+@pytest.mark.parametrize(("dtype", "stored"), [("float32", 1), ("float16", 0)])
+def test_grounded_decoding_reads_the_first_document_from_a_float32_store_by_default(llama, tokenizer, index, dtype,
+                                                                                     stored):
+    from dynvocab.states.kv import DocumentKV
+    from retrieval.document_states import build_document_kv
+
+    model = DynamicVocabLM.from_causal_lm(llama, tokenizer).eval()
+    pipeline = PhrasePipeline(model, index, PipelineConfig(top_k=2, read_documents=2, read_tokens=16))
+    assert pipeline.config.document_kv is None and pipeline.stored_documents() == 0  # no store beside the index yet
+    build_document_kv(DocumentKV(llama, max_bytes=0), tokenizer, index, read_tokens=16, dtype=dtype)
+    # float32: the first document's keys and values are the LM's own, so the text is the same; float16 would change it
+    assert pipeline.stored_documents() == stored
+    for settings in ({"document_kv": 0}, {"grounded": False}):
+        assert PhrasePipeline(model, index, PipelineConfig(top_k=2, **settings)).stored_documents() == 0
+
+
+def test_an_lm_without_rotary_embeddings_reads_every_document_itself_beside_a_store(tokenizer, index):
+    from retrieval.document_states import KV_FOLDER
+    from tests.helpers import tiny_gpt2
+
+    (index.directory / KV_FOLDER).mkdir()
+    model = DynamicVocabLM.from_causal_lm(tiny_gpt2(len(tokenizer)), tokenizer).eval()
+    pipeline = PhrasePipeline(model, index, PipelineConfig(top_k=2, read_documents=2, read_tokens=16, max_new_tokens=4))
+    assert pipeline.stored_documents() == 0 and pipeline(PROMPTS[0]).text
+
+
 def test_a_store_of_another_lm_is_left_alone_and_said(llama, tokenizer, index, caplog):
     build_document_states(DocumentStates(llama, max_bytes=0), tokenizer, index)
     other_lm = tiny_llama(len(tokenizer), seed=1)

@@ -193,3 +193,35 @@ def test_real_wikipedia_leads(tokenizer):
     phrases = extract_phrases(leads, tokenizer)
     _assert_on_word_boundaries(phrases[:2000], {d["id"]: d["text"] for d in leads})
     assert len(phrases) > 1000 and {p.source for p in phrases} <= {d["id"] for d in leads}
+
+
+def test_a_document_is_cut_once_and_its_phrases_stay_what_a_fresh_cut_gives(tokenizer, monkeypatch):
+    from retrieval import phrases
+
+    settings = {"unit": "tokens", "edges": "content", "ranking": "relevance", "max_phrases": 50}
+    monkeypatch.setattr(phrases, "_NGRAM_COUNTS", phrases._DocumentNgrams())
+    first = extract_phrases(DOCUMENTS, tokenizer, **settings)
+    cut = []
+    token_units = phrases._token_units
+    monkeypatch.setattr(phrases, "_token_units", lambda text, *rest: cut.append(text) or token_units(text, *rest))
+    swapped = [DOCUMENTS[1], {"id": "new", "text": "The Seine flows through Paris."}, DOCUMENTS[0]]
+    again = extract_phrases(swapped, tokenizer, **settings)
+    assert cut == ["The Seine flows through Paris."]  # only the document not seen before is cut
+    monkeypatch.setattr(phrases, "_NGRAM_COUNTS", phrases._DocumentNgrams())
+    assert again == extract_phrases(swapped, tokenizer, **settings)  # ranks and sources as from a fresh cut
+    assert extract_phrases(DOCUMENTS, tokenizer, **settings | {"max_length": 3}) != first  # other settings: cut anew
+    words = extract_phrases(DOCUMENTS, unit="words", max_phrases=50)
+    assert words == extract_phrases(DOCUMENTS, unit="words", max_phrases=50) != first
+
+
+def test_the_cut_documents_kept_stay_under_their_bound(tokenizer):
+    from retrieval import phrases
+
+    kept = phrases._DocumentNgrams(limit=60)
+    cache = kept.of(tokenizer)
+    for number in range(5):
+        cache.put((f"document {number}", ()), phrases.Counter({f"phrase {number} {i}": 1 for i in range(25)}))
+    assert cache.size <= 60 and cache.get(("document 4", ())) is not None and cache.get(("document 0", ())) is None
+    cache.get(("document 3", ()))  # used: the older document 4 leaves first
+    cache.put(("document 5", ()), phrases.Counter({f"another {i}": 1 for i in range(25)}))
+    assert cache.get(("document 4", ())) is None and cache.get(("document 3", ())) is not None
