@@ -96,6 +96,11 @@ def test_grounded_decoding_reads_the_first_document_from_a_float32_store_by_defa
     build_document_kv(DocumentKV(llama, max_bytes=0), tokenizer, index, read_tokens=16, dtype=dtype)
     # float32: the first document's keys and values are the LM's own, so the text is the same; float16 would change it
     assert pipeline.stored_documents() == stored
+    kv = pipeline.document_kv()
+    taken = kv.loaded + kv.hits
+    pipeline.config = PipelineConfig(top_k=2, read_documents=2, read_tokens=16, max_new_tokens=4)
+    assert all(result.text for result in pipeline.batch(PROMPTS))
+    assert kv.loaded + kv.hits - taken == stored * len(PROMPTS) and kv.misses == 0  # each first document, from the store
     for settings in ({"document_kv": 0}, {"grounded": False}):
         assert PhrasePipeline(model, index, PipelineConfig(top_k=2, **settings)).stored_documents() == 0
 
