@@ -268,7 +268,8 @@ class PhrasePipeline(DocumentReader):
         c, model = self.config, self.model
         # the n-gram guard judges what this call writes: the continuation may copy the documents, never repeat itself
         kwargs, rows = c.generation_kwargs() | {"no_repeat_ngram_scope": "new"}, []
-        parts = [self.context_parts(found) for found in documents]
+        stored = self.stored_documents()
+        parts = [self.context_parts(found, stored) for found in documents]
         for row, (prompt, found) in enumerate(zip(prompts, documents)):
             gate = {"phrase_contexts": contexts[row]} if contexts[row] is not None else {}
             context = [token for part in parts[row] for token in part]
@@ -278,7 +279,6 @@ class PhrasePipeline(DocumentReader):
                 ids, context, row if len(prompts) > 1 else None, drafter.draft if drafter else None,
                 grounded_relax(drafter, c.relax_after), model.phrase_processors_in(kwargs | gate),
                 character_budget(model, len(ids), budgets[row] if budgets is not None else None)))
-        stored = self.stored_documents()
         caches = [self.document_kv().cache(read[:stored]) for read in parts] if stored else None
         outputs = self._decode_rows(rows, keys, caches, gamma=c.gamma)
         return [(out, len(row.input_ids)) for out, row in zip(outputs, rows)]

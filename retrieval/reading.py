@@ -97,15 +97,10 @@ class DocumentReader:
         and followed by blank lines, as token ids ([] when there is nothing to read)."""
         return in_context_ids(self.model.tokenizer, self.read(documents), self.config.read_tokens)
 
-    def stored_documents(self) -> int:
-        """How many of the read documents come as keys and values read once (``config.document_kv``; no index here
-        to keep a store beside, so None is 0)."""
-        return self.config.document_kv or 0
-
-    def context_parts(self, documents: list[dict]) -> list[list[int]]:
-        """``context_ids`` cut where each read document starts (``document_context_ids``) where documents come stored
-        (``stored_documents``), else whole (one part; none when there is nothing to read)."""
-        if self.stored_documents():
+    def context_parts(self, documents: list[dict], stored: int) -> list[list[int]]:
+        """``context_ids`` cut where each read document starts (``document_context_ids``) when the first ``stored``
+        come as keys and values read once, else whole (one part; none when there is nothing to read)."""
+        if stored:
             return document_context_ids(self.model.tokenizer, self.read(documents), self.config.read_tokens)
         return [ids] if (ids := self.context_ids(documents)) else []
 
