@@ -14,7 +14,10 @@ then holds the LM's pass over documents no earlier request brought, unless the i
 phrased requests with verified decoding and drafts from their documents (``verify_top_k=1``, ``agreement_top_k=1``,
 ``draft_tokens=N``: the bare LM's text). ``--waiting`` adds the phrased (grounded) requests with joining off: a
 running grounded batch takes no newcomer, as the engine did before grounded rows joined between steps
-(``VERIFIED_TABLE_PHRASES`` below zero), so the levels show what continuous joining changes. Time per character
+(``VERIFIED_TABLE_PHRASES`` below zero), so the levels show what continuous joining changes. ``--read-both`` adds the
+phrased (grounded) requests with ``document_kv=0``: the LM reads both documents, where by default the first comes
+from a float32 store beside the served index when there is one (``dynvocab document-kv``); ``--data licenses`` takes
+the prompts from the held-out licences, for a licence index. Time per character
 written compares modes whose requests write different amounts of text in their ``--max-tokens`` ids (a phrase is one
 id); the rows "paired" send each prompt in every mode in turn, one at a time, and give each mode's time per character
 over the bare LM's on the same prompt (median), which a drifting machine moves less than the levels' figures.
@@ -40,12 +43,12 @@ import httpx
 import torch
 
 
-def prompts_of(count: int, tokenizer, prefix_tokens: int = 32) -> list[str]:
-    """The first ``prefix_tokens`` tokens of the first ``count`` held-out Wikipedia leads."""
+def prompts_of(count: int, tokenizer, prefix_tokens: int = 32, data: str = "wikipedia") -> list[str]:
+    """The first ``prefix_tokens`` tokens of the first ``count`` held-out texts of ``data`` (Wikipedia leads)."""
     from dynvocab.data.corpora import corpus_split
 
     prompts = []
-    for lead in corpus_split("wikipedia")[1]:
+    for lead in corpus_split(data)[1]:
         ids = tokenizer(lead["text"], add_special_tokens=False).input_ids
         if len(ids) > prefix_tokens:
             prompts.append(tokenizer.decode(ids[:prefix_tokens]))
@@ -182,6 +185,11 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also run the phrased requests verified, with drafts of this many tokens (0: not)")
     parser.add_argument("--waiting", action="store_true",
                         help="also run the phrased requests with joining off (a running grounded batch takes no newcomer)")
+    parser.add_argument("--read-both", action="store_true",
+                        help="also run the phrased (grounded) requests with document_kv=0: the LM reads every document "
+                             "itself, where the default takes the first from a float32 store beside the served index")
+    parser.add_argument("--data", default="wikipedia", help="whose held-out texts give the prompts ('licenses': the "
+                                                            "held-out licences, for a licence index)")
     parser.add_argument("--no-repeat-ngram-size", type=int, default=4, help="every request's n-gram guard")
     parser.add_argument("--output", help="folder for benchmark.json and benchmark.md")
     args = parser.parse_args(argv)
@@ -197,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.without_document_states:
         engine.document_states.use_store(None)
     url, server, thread = start_server(engine, config)
-    prompts = prompts_of(args.num_prompts, engine.model.tokenizer)
+    prompts = prompts_of(args.num_prompts, engine.model.tokenizer, data=args.data)
     base = {"max_tokens": args.max_tokens, "temperature": 0, "no_repeat_ngram_size": args.no_repeat_ngram_size}
     if engine.corpora:
         phrased = [base | {"prompt": p, "retrieve": args.retrieve} for p in prompts]
@@ -211,6 +219,8 @@ def main(argv: list[str] | None = None) -> dict:
         modes["drafted"] = [body | verified for body in phrased]
     if args.waiting:
         modes["waiting"] = phrased
+    if args.read_both:
+        modes["read-both"] = [body | {"document_kv": 0} for body in phrased]
     lone, levels = {}, {}
     from dynvocab.serving.engine import engine as engine_module
 
@@ -232,6 +242,9 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         for mode in modes:  # alone and first: the reference answers; what no earlier request encoded or read is here
             lone[mode] = measure(mode, "first", 1)
+        if args.read_both:  # the first document's stored keys and values are the LM's own: the same answers
+            levels["read-both first"]["equal_to_phrases"] = sum(
+                both.get("text") == one.get("text") for both, one in zip(lone["read-both"], lone["phrases"]))
         paired = asyncio.run(run_paired(url, modes))  # then again, each prompt in every mode in turn
         for mode, replies in paired.items():
             seconds = sum(r["seconds"] for r in replies)

@@ -64,8 +64,9 @@ class PipelineConfig:
         metadata={"help": "Grounded decoding: the first n read documents come as keys and values read once (kept in "
                           "memory, or in a store beside the index: `dynvocab document-kv`) instead of the LM reading "
                           "them with every request (dynvocab.states.kv; rotary LMs). 1 is exact; with 2 or more a "
-                          "later document did not attend to the ones before it. 0: off. None: 1 where the index keeps "
-                          "them beside it in float32 (the same text, without reading the first document), else 0."},
+                          "later document did not attend to the ones before it. 0: off. None: 1 where the index (the "
+                          "server: a served corpus's) keeps them beside it in float32 (the same text, without reading "
+                          "the first document), else 0."},
     )
     unit: str = field(default="tokens", metadata={"help": "Phrase unit: 'tokens' (2-8 LM tokens) or 'words'."})
     min_length: int = field(default=2, metadata={"help": "Shortest phrase, in units."})

@@ -12,6 +12,7 @@ resumes where it stopped. :func:`attach_document_states` (called by ``PhrasePipe
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from .index.storage import folder_beside
 from .reading import document_context_ids
 
 __all__ = ["KV_FOLDER", "STATES_FOLDER", "attach_document_states", "build_document_kv", "build_document_states",
-           "document_token_ids", "states_path"]
+           "document_token_ids", "states_path", "stored_documents"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,20 @@ def build_document_kv(
     after = {"text": "A"}  # as read first and followed by another document: the part a request reads from the store
     ids = [document_context_ids(tokenizer, [document, after], read_tokens)[0] for document in index.documents]
     return write_document_states(kv, ids, directory, record, dtype, shard_documents, overwrite, show_progress_bar)
+
+
+def stored_documents(config: Any, kv: DocumentKV | None, indexes: Iterable[Any]) -> int:
+    """How many of the documents grounded decoding reads come as keys and values read once: ``config.document_kv``
+    (a ``PipelineConfig``), or with None 1 where ``kv`` reads a float32 store kept beside one of ``indexes`` for its LM
+    (``dynvocab document-kv``: the first document's are the LM's own, so the text is the same) and the documents are
+    read no longer than ``kv`` keeps them, else 0. ``kv`` None: an LM without rotary embeddings, which reads every
+    document itself."""
+    if config.document_kv is not None:
+        return config.document_kv
+    if kv is None or not (config.grounded and config.read_documents) or config.read_tokens > kv.max_tokens:
+        return 0
+    stores = [attach_document_states(kv, index) for index in indexes]
+    return int(any(store is not None and store.record["dtype"] == "float32" for store in stores))
 
 
 def attach_document_states(states: DocumentStates, index: Any) -> DocumentStateStore | None:

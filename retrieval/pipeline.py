@@ -5,7 +5,6 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 from transformers import StoppingCriteriaList
@@ -28,7 +27,7 @@ from dynvocab.states.kv import DocumentKV
 from dynvocab.tokens import pad_id
 
 from .config import PipelineConfig
-from .document_states import KV_FOLDER, attach_document_states, document_token_ids
+from .document_states import attach_document_states, document_token_ids, stored_documents
 from .index.dense import DocumentIndex
 from .phrase_vectors import attach_phrase_vectors
 from .reading import DocumentReader
@@ -148,20 +147,14 @@ class PhrasePipeline(DocumentReader):
         return _DOCUMENT_KV[lm]
 
     def stored_documents(self) -> int:
-        """How many of the read documents come as keys and values read once: ``config.document_kv``, or with None 1
-        where the index keeps them beside it in float32 for this LM (``dynvocab document-kv``: the first document's
-        are the LM's own, so the text is the same), else 0."""
-        c = self.config
-        if c.document_kv is not None:
-            return c.document_kv
-        folder = getattr(self.index, "directory", None)
-        if not (c.grounded and c.read_documents and folder is not None and (Path(folder) / KV_FOLDER).is_dir()):
-            return 0
+        """How many of the read documents come as keys and values read once (``retrieval.document_states.
+        stored_documents``): ``config.document_kv``, or with None 1 where the index keeps them beside it in float32
+        for this LM, else 0."""
         try:
-            stores = self.document_kv().stores
+            kv = self.document_kv() if self.config.grounded and self.config.document_kv is None else None
         except ValueError:  # an LM without rotary embeddings cannot take stored keys
-            return 0
-        return int(any(store.directory.parent == Path(folder) and store.record["dtype"] == "float32" for store in stores))
+            kv = None
+        return stored_documents(self.config, kv, [self.index])
 
     def state_keys(self, documents: list[list[dict]], phrases: list[list[Phrase]]) -> StateKeys | None:
         """With ``config.state_threshold``, the keys of each prompt's phrases in its own documents, once the phrases

@@ -95,13 +95,14 @@ def test_serving_benchmark(tiny_lm_dir, tmp_path, capsys):
     results = load("benchmark_serving").main(["--model", str(tiny_lm_dir), "--index", "none", "--num-prompts", "3",
                                               "--max-tokens", "4", "--concurrency", "1,2", "--max-queue", "2",
                                               "--threads", "1", "--state-threshold", "0.5", "--draft-tokens", "4",
-                                              "--waiting", "--output", str(tmp_path)])
-    assert set(results["levels"]) == {f"{mode} {level}" for mode in ("phrases", "bare", "gated", "drafted", "waiting")
-                                      for level in ("first", "paired", "c=1", "c=2")}
+                                              "--waiting", "--read-both", "--output", str(tmp_path)])
+    modes = ("phrases", "bare", "gated", "drafted", "waiting", "read-both")
+    assert set(results["levels"]) == {f"{mode} {level}" for mode in modes for level in ("first", "paired", "c=1", "c=2")}
     assert all(level["answered"] == 3 and level["5xx"] == 0 for level in results["levels"].values())
     assert results["levels"]["bare c=2"]["equal_to_lone"] == 3  # greedy: batched answers equal the lone ones
     assert results["levels"]["gated c=2"]["equal_to_lone"] == 3
     assert results["levels"]["phrases c=2"]["equal_to_lone"] == results["levels"]["waiting c=2"]["equal_to_lone"] == 3
+    assert results["levels"]["read-both c=2"]["equal_to_lone"] == results["levels"]["read-both first"]["equal_to_phrases"] == 3
     drafted = results["levels"]["drafted c=2"]
     assert drafted["equal_to_lone"] == drafted["bare_lm_text"] == 3 and drafted["ms_per_char"] > 0  # lossless
     burst = results["burst"]

@@ -140,6 +140,65 @@ def test_the_server_reads_its_corpus_states_from_the_store(make_engine_on, llama
     assert [s.directory for s in engine.document_states.stores] == [states_path(index.directory)]
 
 
+def test_the_servers_grounded_requests_read_the_first_document_from_a_float32_store(make_engine_on, llama, tokenizer,
+                                                                                    index):
+    """A served corpus with a float32 store beside its index: a grounded request that retrieves from it takes its
+    first document's keys and values from the store, alone or batched (the LM reads only the second document and the
+    prompt), and writes what it writes reading both; ``document_kv: 0`` reads both."""
+    from dynvocab.states.kv import DocumentKV
+    from retrieval.document_states import build_document_kv
+    from dynvocab.serving.engine.errors import ApiError
+    from dynvocab.serving.engine.requests import CompletionRequest
+    from retrieval.document_states import stored_documents
+    from retrieval.reading import document_context_ids
+    from tests.dynvocab.serving.test_batching import job
+
+    def run(engine, *extras: dict) -> list[str]:
+        """``PROMPTS`` in one batch, each request with its own extra fields (default: none)."""
+        requests = [{"prompt": prompt, "max_tokens": 6, "retrieve": 2, "grounded": True, "read_tokens": 16, **extra}
+                    for prompt, extra in zip(PROMPTS, extras or [{}] * len(PROMPTS))]
+        return [completion.text for completion in engine.run([job(engine, fields, n) for n, fields in enumerate(requests)])]
+
+    read_both = run(make_engine_on(llama, tokenizer, {"wiki": index}))
+    build_document_kv(DocumentKV(llama, max_bytes=0), tokenizer, index, read_tokens=16)
+    engine = make_engine_on(llama, tokenizer, {"wiki": index})
+    kv = engine.document_kv
+    assert [store.directory for store in kv.stores] == [states_path(index.directory, kv)]  # found at start-up
+    calls = lm_calls(llama)
+    assert run(engine) == read_both and all(read_both)
+    firsts = {found[0]["id"] for found in index.search_documents(PROMPTS, k=2)}
+    assert (kv.loaded, kv.misses) == (len(firsts), 0)  # every first document, from the store
+    for found, prompt in zip(index.search_documents(PROMPTS, k=2), PROMPTS):  # each row read alone: its second
+        first, second = document_context_ids(tokenizer, found, 16)  # document and its prompt, never its first
+        assert len(second) + len(tokenizer(prompt, add_special_tokens=False).input_ids) in calls
+        assert max(calls) < len(first) + len(second)
+    assert run(engine, {"document_kv": 0}, {"document_kv": 0}) == read_both
+    assert (kv.loaded + kv.hits, kv.misses) == (len(firsts), 0)  # the LM read both: nothing taken from the store
+    assert run(engine, {"document_kv": 0}, {}) == read_both  # a row reading both beside one joining with its cache
+    assert kv.loaded + kv.hits == len(firsts) + 1
+    request = CompletionRequest.model_validate({"prompt": PROMPTS[0], "retrieve": 2, "read_tokens": kv.max_tokens + 1})
+    corpora = engine.corpora.values()  # by default such documents are read by the LM: longer than those kept
+    assert stored_documents(engine.check(request).settings, kv, corpora) == 0
+    assert stored_documents(engine.check(request.model_copy(update={"read_tokens": 16})).settings, kv, corpora) == 1
+    with pytest.raises(ApiError) as refused:
+        engine.check(request.model_copy(update={"document_kv": 1}))
+    assert refused.value.param == "document_kv" and f"read_tokens of at most {kv.max_tokens}" in refused.value.message
+
+
+def test_a_server_on_an_lm_without_rotary_embeddings_refuses_document_kv(make_engine_on, tokenizer, index):
+    from dynvocab.serving.engine.errors import ApiError
+    from dynvocab.serving.engine.requests import CompletionRequest
+    from tests.helpers import tiny_gpt2
+
+    engine = make_engine_on(tiny_gpt2(len(tokenizer)), tokenizer, {"wiki": index})
+    assert engine.document_kv is None
+    request = CompletionRequest.model_validate({"prompt": PROMPTS[0], "retrieve": 2, "document_kv": 1})
+    with pytest.raises(ApiError) as refused:
+        engine.check(request)
+    assert (refused.value.status, refused.value.param) == (400, "document_kv") and "send 0" in refused.value.message
+    assert engine.check(request.model_copy(update={"document_kv": None})).settings.document_kv is None
+
+
 @pytest.fixture
 def make_engine_on():
     from dynvocab.serving import ServerConfig

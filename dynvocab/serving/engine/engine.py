@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import torch
 
 from retrieval import DocumentReader, PipelineConfig
-from retrieval.document_states import attach_document_states, document_token_ids
+from retrieval.document_states import attach_document_states, document_token_ids, stored_documents
 from retrieval.timing import StageTimer
 
 from ...decoding.citations import cited_share
@@ -25,6 +25,7 @@ from ...model import DynamicVocabLM
 from ...phrases.mixed_ids import Segment, segments as phrase_segments
 from ...phrases.table import Phrase, PhraseTable
 from ...states.keys import state_keys
+from ...states.kv import DocumentKV
 from ...states.store import DocumentStates
 from ...tokens.padding import pad_id
 from ..config import ServerConfig
@@ -103,6 +104,11 @@ class Engine:
         self.document_states = DocumentStates(model.lm)
         for corpus in corpora.values():
             attach_document_states(self.document_states, corpus)
+        # grounded requests' first documents as keys and values read once (from a float32 store beside a corpus's
+        # index, or kept in memory once read), where the LM's rotary embeddings let them move: None elsewhere
+        self.document_kv = _document_kv(model.lm)
+        for corpus in corpora.values() if self.document_kv is not None else ():
+            attach_document_states(self.document_kv, corpus)
 
     # ------------------------------------------------------------------ checking, on the event loop
     def check(self, request: CompletionRequest) -> CheckedRequest:
@@ -130,6 +136,14 @@ class Engine:
             raise invalid("state_threshold", settings.state_threshold, "the state gate lets a phrase compete where the "
                           "LM's state is close to its state before the phrase in a document, and this request has no "
                           "documents", "send documents or retrieve with it, or leave state_threshold out")
+        if settings.document_kv and self.document_kv is None:
+            raise invalid("document_kv", settings.document_kv, f"{type(self.model.lm).__name__} has no plain rotary "
+                          "position embedding, so a document's keys and values cannot be read once and moved to where "
+                          "a request reads it", "leave document_kv out, or send 0")
+        if settings.document_kv and settings.read_tokens > self.document_kv.max_tokens:
+            raise invalid("document_kv", settings.document_kv, f"documents read {settings.read_tokens} tokens long are "
+                          f"longer than the {self.document_kv.max_tokens} whose keys and values this server keeps",
+                          f"send read_tokens of at most {self.document_kv.max_tokens}, or document_kv 0")
         if settings.verify_top_k and request.readback == "vector":
             raise invalid("readback", request.readback, "verified decoding reads each phrase back as its tokens, the "
                           "only way the LM can judge them", "leave readback out, or verify_top_k and draft_tokens")
@@ -298,8 +312,9 @@ class Engine:
 
             return on_step
 
-        def rows_of(group: list[Admission]) -> list[VerifiedRow]:
-            """``group`` 's phrases added to the table and its rows made, numbered on from the rows before."""
+        def rows_of(group: list[Admission]) -> list[tuple[VerifiedRow, list[list[int]]]]:
+            """``group`` 's phrases added to the table and its rows made (each with the documents it takes as keys and
+            values read once), numbered on from the rows before."""
             start, rows = time.perf_counter(), []
             for admission in group:
                 checked = table.validate(admission.phrases)
@@ -310,7 +325,7 @@ class Engine:
                 admission.handle.stages["encode"] = (time.perf_counter() - start) / len(group)
             numbers = range(len(joined), len(joined) + len(group))
             joined.extend((admission, time.perf_counter()) for admission in group)
-            for number, row in zip(numbers, rows):
+            for number, (row, _) in zip(numbers, rows):
                 row.on_step = heard(number)
             if group[0].seed is not None:
                 torch.manual_seed(group[0].seed)
@@ -323,13 +338,13 @@ class Engine:
         if settings.state_threshold is not None and admissions[0].documents:
             keys = state_keys(self.document_states, admissions[0].documents, table.token_ids, settings.state_threshold)
         with model.state_gate(keys):
-            batch.admit(first, max(admission.row.max_tokens for admission in admissions))
+            self._admit(batch, first, max(admission.row.max_tokens for admission in admissions))
             while batch:
                 room = self.config.max_batch_size - len(batch)
                 jobs = take(room) if room > 0 and len(table) <= VERIFIED_TABLE_PHRASES else []
                 if jobs:
                     group = self._admissions(jobs)
-                    batch.admit(rows_of(group), max(admission.row.max_tokens for admission in group))
+                    self._admit(batch, rows_of(group), max(admission.row.max_tokens for admission in group))
                 if batch:
                     for number in batch.step():
                         if number not in ended:  # ended by the decoding itself (its steps), not by its row
@@ -338,9 +353,26 @@ class Engine:
             if number not in ended:  # asked for no step, or ended while it was read
                 end(number)
 
-    def _verified_row(self, admission: Admission, phrases: list[int]) -> VerifiedRow:
+    def _admit(self, batch: VerifiedBatch, rows: list[tuple[VerifiedRow, list[list[int]]]], max_tokens: int) -> None:
+        """Add ``rows`` to ``batch`` in their order: a row with documents to take as keys and values read once
+        (``DocumentKV``) on its own, with their cache, so the LM reads only the rest of its context and its prompt;
+        the rows between such rows together."""
+        together: list[VerifiedRow] = []
+        for row, stored in rows:
+            if not stored:
+                together.append(row)
+                continue
+            if together:
+                batch.admit(together, max_tokens)
+                together = []
+            batch.admit([row], max_tokens, self.document_kv.cache(stored))
+        if together:
+            batch.admit(together, max_tokens)
+
+    def _verified_row(self, admission: Admission, phrases: list[int]) -> tuple[VerifiedRow, list[list[int]]]:
         """One request as a row of verified or grounded decoding: its prompt (after its documents, grounded), its
-        phrases (table indices), the drafts from its documents and its own safeguards."""
+        phrases (table indices), the drafts from its documents and its own safeguards; and the token ids of the first
+        documents it reads that come as keys and values read once (``stored_documents``; none: [])."""
         model, prepared = self.model, admission.handle
         settings = prepared.job.settings
         reader = DocumentReader(model, settings)
@@ -350,13 +382,15 @@ class Engine:
         if not settings.grounded:
             return VerifiedRow(admission.prompt_ids, draft=drafter.draft if drafter else None,
                                logits_processor=model.phrase_processors_in(settings.generation_kwargs() | gate),
-                               phrases=phrases)
-        context = reader.context_ids(prepared.documents)
+                               phrases=phrases), []
+        stored = stored_documents(settings, self.document_kv, self.corpora.values()) if prepared.documents else 0
+        parts = reader.context_parts(prepared.documents, stored)
+        context = [token for part in parts for token in part]
         prompt = model.tokenizer(prepared.job.request.prompt, add_special_tokens=not context)["input_ids"]
         gate["no_repeat_ngram_scope"] = "new"  # the n-gram guard judges the continuation: copying documents is allowed
         return VerifiedRow(prompt, context, None, drafter.draft if drafter else None,
                            grounded_relax(drafter, settings.relax_after),
-                           model.phrase_processors_in(settings.generation_kwargs() | gate), phrases=phrases)
+                           model.phrase_processors_in(settings.generation_kwargs() | gate), phrases=phrases), parts[:stored]
 
     def _gathered(self, jobs: list[Job], take: Callable[[int], list[Job]], room: int, deadline: float) -> list[Admission]:
         """``jobs`` and those of their key that arrive until ``deadline`` (or until ``room`` is full), prepared as
@@ -500,3 +534,11 @@ def _segment(segment: Segment, documents: dict[str, dict], phrase: str | None = 
         offset = document["text"].find((phrase or segment.text).strip())
         source = {"document": segment.source, "title": document.get("title", ""), "offset": offset}
     return {"type": "phrase", "text": segment.text, "source": source}
+
+
+def _document_kv(lm: torch.nn.Module) -> DocumentKV | None:
+    """The LM's ``DocumentKV``, or None for an LM without plain rotary position embeddings (GPT-2)."""
+    try:
+        return DocumentKV(lm)
+    except ValueError:
+        return None
