@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .data.assets import resolve_model
+from .hardware.attention import use_grouped_attention
 from .hardware.packed_linear import pack_linear_layers
 from .io.atomic import recover
 from .model import DynamicVocabLM
@@ -38,7 +39,8 @@ def load_lm(name: str) -> tuple[torch.nn.Module, object]:
     peft LoRA adapter (``dynvocab finetune-lm`` writes one) is its base LM with the adapter folded in.
 
     Its linear layers run on prepacked weights at CPU inference (:mod:`dynvocab.hardware.packed_linear`); training and
-    GPUs take torch's own path.
+    GPUs take torch's own path. An LM on SDPA attends over grouped key/value heads without copying them out
+    (:mod:`dynvocab.hardware.attention`).
     """
     path = resolve_model(name)
     adapter = Path(path) / ADAPTER_CONFIG
@@ -57,6 +59,7 @@ def load_lm(name: str) -> tuple[torch.nn.Module, object]:
         tokenizer = AutoTokenizer.from_pretrained(path)
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     pack_linear_layers(lm)
+    use_grouped_attention(lm)
     return lm, tokenizer
 
 
