@@ -9,7 +9,7 @@ own oneDNN ops (``torch.ops.mkldnn``), which inductor uses for the same purpose.
 
 A bfloat16 layer is packed too where the CPU computes bf16 natively (AVX-512 BF16 or AMX: ``native_bf16``); on a
 2-core AVX-512 BF16 EPYC, SmolLM2 in bf16 then writes 0.72x float32's time per character, 0.78x with grounded
-decoding (``experiments/grounded/dtype_ratio.py``). Elsewhere bf16 takes torch's path.
+decoding (``experiments/grounded/runtime_ratio.py``). Elsewhere bf16 takes torch's path.
 """
 
 from __future__ import annotations

@@ -162,7 +162,8 @@ class ShortlistHead(nn.Module):
         # holding -1 and 1, which meet zero weights: every row, alone or in any batch, is quantized over [-1, 1].
         size = queries.float().abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny)
         ends = torch.tensor([[-1.0, 1.0]], device=queries.device).expand(len(queries), 2)
-        return torch.ops.quantized.linear_dynamic(torch.cat([queries / size, ends], dim=1), router) * size
+        rows = torch.cat([queries / size, ends], dim=1)
+        return torch.ops.quantized.linear_dynamic(rows, router, _reduce_range()) * size
 
     def __getstate__(self) -> dict:
         """Pickling and ``deepcopy`` leave out the probe's copy of the centroids (remade on first use)."""
@@ -428,6 +429,13 @@ def int8_routing_available() -> bool:
     ops = torch.ops.quantized
     return (torch.backends.quantized.engine != "none" and hasattr(torch, "quantize_per_channel")
             and hasattr(ops, "linear_prepack") and hasattr(ops, "linear_dynamic"))
+
+
+def _reduce_range() -> bool:
+    """Whether queries are quantized to 7 bits: FBGEMM on a CPU without VNNI (AVX2) sums pairs of 8-bit products
+    into saturating 16-bit lanes, which clips a query near its range's ends (inner products off by a quarter of
+    their largest); 7 bits cannot overflow, as torch's own dynamic ``Linear`` does on x86."""
+    return torch.backends.quantized.engine in ("x86", "fbgemm")
 
 
 def _router(centroids: torch.Tensor, routing: str):

@@ -209,6 +209,8 @@ def test_auto_encode_dtype_uses_bfloat16_only_where_the_cpu_computes_it(monkeypa
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16_cpu)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     assert encode_autocast_dtype("auto", torch.device("cpu")) is expected
     assert encode_autocast_dtype("float32", torch.device("cpu")) is None
     assert encode_autocast_dtype("float16", torch.device("cpu")) is torch.float16
