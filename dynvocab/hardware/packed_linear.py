@@ -3,7 +3,7 @@
 torch's float32 ``nn.Linear`` on a CPU calls MKL, whose GEMM over 2 to 8 rows costs 2 to 3x its GEMV over one:
 a forward over a phrase's or a draft's few tokens then costs 1.35 to 2x a one-token step. oneDNN with the
 weight reordered once into its blocked layout runs 1 to 8 rows in about the time of one, and one row faster than
-MKL's GEMV (``examples/benchmark_packed_linear.py`` prints both on the machine at hand). IPEX did this prepacking
+MKL's GEMV (``examples/benchmark_cpu_kernels.py`` prints both on the machine at hand). IPEX did this prepacking
 but stopped at torch 2.8, and ``torch.compile``'s freezing recompiles per input shape; so the layer calls torch's
 own oneDNN ops (``torch.ops.mkldnn``), which inductor uses for the same purpose.
 

@@ -84,11 +84,19 @@ def test_decode_step_profile(capsys):
     assert "own time" in out and "State keys per prompt" in out and "state gate at 0.9" in out
 
 
-def test_packed_linear_benchmark(tiny_lm_dir, capsys):
-    figures = load("benchmark_packed_linear").main(["--model", str(tiny_lm_dir), "--rounds", "1", "--prompts", "2", "--steps", "3"])
+def test_cpu_kernels_benchmark(tiny_lm_dir, capsys):
+    figures = load("benchmark_cpu_kernels").main(["--model", str(tiny_lm_dir), "--rounds", "1", "--prompts", "2", "--steps", "3"])
     assert set(figures["forward_ms"]) == {"packed", "plain"} and figures["forward_over_one_token"]["plain"][1] == 1.0
     assert figures["greedy_equal_tokens"] == "2/2" and figures["greedy_packed_over_plain"] > 0
     assert '"forward_packed_over_plain"' in capsys.readouterr().out
+
+
+def test_cpu_kernels_benchmark_compares_the_grouped_attention_with_transformers_sdpa(tiny_lm_dir):
+    figures = load("benchmark_cpu_kernels").main(["--model", str(tiny_lm_dir), "--compare", "attention", "--rounds",
+                                                  "1", "--prompts", "2", "--steps", "4", "--context-tokens", "16",
+                                                  "--prompt-chars", "400", "--lookup", "3"])
+    assert set(figures["forward_ms"]) == {"grouped", "sdpa"} and figures["compared"] == "grouped over sdpa"
+    assert figures["greedy_equal_tokens"] == "2/2" and figures["greedy_grouped_over_sdpa"] > 0
 
 
 def test_serving_benchmark(tiny_lm_dir, tmp_path, capsys):
