@@ -95,7 +95,8 @@ def domain_goals(results: dict, config) -> str:
         if against is None:
             rows.append(f"- {goal}: not measured (no `{'bare:lm=DIR' if tuned else base}` with the same safeguards)")
         elif kind == "delta":
-            d = paired_bootstrap(results[best]["per_prompt"][figure], results[against]["per_prompt"][figure])
+            d = paired_bootstrap(results[best]["per_prompt"][figure], results[against]["per_prompt"][figure],
+                                 groups=results[best].get("prompt_documents"))
             rows.append(f"- {goal}: **{'met' if d.low > bound else 'missed'}**, {d.cell()} against `{against}`")
         else:
             ratio = results[best][figure] / results[against][figure]

@@ -1,7 +1,8 @@
 """The paper's evaluation protocol: held-out prefixes, continuations by each system, every metric.
 
 Prompts are the first ``prefix_tokens`` tokens of held-out documents; the reference is
-the next ``continuation_tokens`` tokens. Every system (the bare LM, the
+the next ``continuation_tokens`` tokens (``windows_per_document`` above 1 cuts later windows of a long document
+too; the intervals then resample documents). Every system (the bare LM, the
 dynamic-vocabulary systems with phrases from the top-k retrieved training documents,
 the MWT baseline) generates until it has the reference's number of characters: one
 budget for all, so that Rep-n, Diversity and MAUVE compare texts of the same length
@@ -54,6 +55,10 @@ class EvalConfig:
                           f":key=value settings from {sorted(OPTIONS)}, e.g. dynamic@256:readback=vector."},
     )
     num_prompts: int = field(default=200, metadata={"help": "Held-out documents used as prompts."})
+    windows_per_document: int = field(default=1, metadata={
+        "help": "Prompts cut from each held-out document at most: its opening, then each next run of prefix and "
+                "reference tokens while the document lasts (1: the opening only). Intervals then resample documents, "
+                "each with all its prompts."})
     skip_prompts: int = field(
         default=0,
         metadata={"help": "Held-out prompts passed over first: 200 gives development prompts after the 200 reported "
@@ -130,7 +135,7 @@ class EvalConfig:
             raise ValueError(f"decoding={self.decoding!r}; choose 'greedy' or 'nucleus'")
         if self.mauve_featurizer not in ("minilm", "lm", "gpt2-large"):
             raise ValueError(f"mauve_featurizer={self.mauve_featurizer!r}; choose 'minilm', 'lm' or 'gpt2-large'")
-        check_at_least(self, 1, ("num_prompts", "prefix_tokens", "continuation_tokens", "mauve_seeds", "batch_size", "top_k_docs"))
+        check_at_least(self, 1, ("num_prompts", "windows_per_document", "prefix_tokens", "continuation_tokens", "mauve_seeds", "batch_size", "top_k_docs"))
         check_at_least(self, 0, ("skip_prompts", "mauve_permutations"))
         if not 0.0 < self.top_p <= 1.0 or self.repetition_penalty <= 0:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1] and repetition_penalty={self.repetition_penalty} > 0")
@@ -161,22 +166,32 @@ def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
 
 
 def document_prompts(tokenizer, documents: list[dict], config: EvalConfig) -> list[dict]:
-    """``held_out_prompts`` cut from ``documents``: the first ``config.prefix_tokens`` tokens of each one long enough
-    are its prompt, the next ``config.continuation_tokens`` its reference."""
-    prompts, skip = [], config.skip_prompts
-    for lead in documents:
-        ids = tokenizer(lead["text"], add_special_tokens=False).input_ids
-        if len(ids) >= config.prefix_tokens + config.continuation_tokens:
+    """``held_out_prompts`` cut from ``documents``, ``{"id", "document", "prompt", "reference"}``: the first
+    ``config.prefix_tokens`` tokens of each one long enough are its prompt, the next ``config.continuation_tokens``
+    its reference. With ``config.windows_per_document`` = k, window j of a document (its tokens from
+    j * (prefix + reference) on, id ``"<document>#<j + 1>"``) is a prompt too while the document holds it whole, for
+    j < k; every document's opening comes first, then every second window, and so on."""
+    width = config.prefix_tokens + config.continuation_tokens
+    chosen, skip = [], config.skip_prompts
+    for document in documents:
+        ids = tokenizer(document["text"], add_special_tokens=False).input_ids
+        if len(ids) >= width:
             if skip:
                 skip -= 1
                 continue
-            prompt = tokenizer.decode(ids[: config.prefix_tokens])
-            reference = tokenizer.decode(ids[config.prefix_tokens : config.prefix_tokens + config.continuation_tokens])
-            prompts.append({"id": lead["id"], "prompt": prompt, "reference": reference})
-        if len(prompts) == config.num_prompts:
+            chosen.append((document["id"], ids))
+        if len(chosen) == config.num_prompts:
             break
-    if len(prompts) < config.num_prompts:
-        logger.warning("only %d documents are long enough; evaluating those", len(prompts))
+    if len(chosen) < config.num_prompts:
+        logger.warning("only %d documents are long enough; evaluating those", len(chosen))
+    prompts = []
+    for window in range(config.windows_per_document):
+        for document, ids in chosen:
+            start = window * width
+            if start + width <= len(ids):
+                prompts.append({"id": document if window == 0 else f"{document}#{window + 1}", "document": document,
+                                "prompt": tokenizer.decode(ids[start : start + config.prefix_tokens]),
+                                "reference": tokenizer.decode(ids[start + config.prefix_tokens : start + width])})
     return prompts
 
 
@@ -539,8 +554,8 @@ def _generate_into(path: Path, todo: list[tuple[str, dict]], generators: Generat
     with open(path, "a", encoding="utf-8") as f, tqdm(total=len(todo), desc=desc) as bar:
         for system, batch in _batches(todo, batch_size):
             finished = [
-                {"system": system, "id": item["id"], "prompt": item["prompt"], "reference": item["reference"],
-                 "batch_size": len(batch), **result}
+                {"system": system, "id": item["id"], "document": item.get("document", item["id"]),
+                 "prompt": item["prompt"], "reference": item["reference"], "batch_size": len(batch), **result}
                 for item, result in zip(batch, generators(system, batch))
             ]
             f.write("".join(json.dumps(record) + "\n" for record in finished))  # one write: a kill loses whole batches

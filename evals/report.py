@@ -127,6 +127,9 @@ def score_all(records: list[dict], timed: list[dict], config, generators) -> dic
         results[system] = {**quality, "characters": float(np.mean([len(r["text"]) for r in rows])),
                            **latency_figures([r for r in timed if r["system"] == system]),
                            **_merged(closeness_figures(rows), grounding_figures(rows, [r for r in timed if r["system"] == system]))}
+        documents = [r.get("document", r["id"]) for r in rows]  # records of runs before windows: one prompt a document
+        if len(set(documents)) < len(documents):  # several windows of a document: the intervals resample documents
+            results[system]["prompt_documents"] = documents
     for system in ordered if config.mauve_permutations else ():
         baseline = baseline_of(system, config)
         if baseline is not None:
@@ -171,7 +174,7 @@ def other_references(tokenizer, config, count: int) -> list[str]:
     from .protocol import document_prompts
 
     cut = replace(config, num_prompts=count, skip_prompts=0)
-    return [p["reference"] for p in document_prompts(tokenizer, corpus_split(config.data)[0], cut)]
+    return [p["reference"] for p in document_prompts(tokenizer, corpus_split(config.data)[0], cut)][:count]
 
 
 def _mauve_bounds(first: list[dict], config, generators) -> dict:
@@ -390,7 +393,7 @@ def closeness_table(results: dict, config) -> str:
     """ROUGE against the author's continuation, copied and cited shares and time per character for every system,
     with paired bootstrap intervals of each system's ROUGE over the bare LM's and bare-rag's (same safeguards)."""
     rows = ["Closeness to what the author wrote next (ROUGE F ×100, Porter stemming), with the mean paired "
-            "difference and its 95% bootstrap interval over prompts; copied: tokens kept from drafts and phrases, "
+            f"difference and its 95% bootstrap interval over {_resampled(results)}; copied: tokens kept from drafts and phrases, "
             "and the mean tokens a step that copied kept beyond the LM's own (span); "
             "cited: non-space characters in spans of at least "
             f"{config.cite_tokens} tokens found verbatim in the documents in the system's context; held-out PPL: "
@@ -449,8 +452,21 @@ def _matched(system: str, base: str, results: dict, config) -> str | None:
     return matched(system, base, list(results), config.no_repeat_ngram_size, config.repetition_penalty)
 
 
+def _prompt_count(m: dict) -> str:
+    """How many held-out documents gave the prompts, and how many prompts where some gave several."""
+    if "prompt_documents" not in m:
+        return str(m["prompts"])
+    return f"{m['prompts']} prompts (windows of prefix and reference, at most the run's windows_per_document) from {len(set(m['prompt_documents']))}"
+
+
+def _resampled(results: dict) -> str:
+    """What the paired intervals resample: prompts, or documents where several prompts share one."""
+    return "documents (each with all its prompts)" if any("prompt_documents" in m for m in results.values()) else "prompts"
+
+
 def _difference(results: dict, system: str, against: str, figure: str):
-    return paired_bootstrap(results[system]["per_prompt"][figure], results[against]["per_prompt"][figure])
+    return paired_bootstrap(results[system]["per_prompt"][figure], results[against]["per_prompt"][figure],
+                            groups=results[system].get("prompt_documents"))
 
 
 def bounds_line(bounds: dict) -> str:
@@ -500,7 +516,7 @@ def write_report(results: dict, config, command: str, systems: dict | None = Non
     text = (
         f"# Evaluation: {config.model}, {config.decoding} decoding\n\n"
         f"Command: `{command}`\n\n"
-        f"{next(iter(results.values()))['prompts']} held-out {config.data} documents"
+        f"{_prompt_count(next(iter(results.values())))} held-out {config.data} documents"
         f"{f' (development prompts: the first {config.skip_prompts} passed over)' if config.skip_prompts else ''}, prefix {config.prefix_tokens} tokens, reference "
         f"{config.continuation_tokens} tokens; every system generates to the reference's number of characters (one budget "
         f"for all, so the text metrics compare equal lengths and steps/seq measures compression). "

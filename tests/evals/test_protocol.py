@@ -541,6 +541,52 @@ def test_development_prompts_follow_the_reported_ones(_gpt2_tokenizer, tmp_path)
         EvalConfig(skip_prompts=-1)
 
 
+def test_later_windows_of_a_document_follow_every_opening_while_the_document_holds_them(_gpt2_tokenizer):
+    from evals.protocol import EvalConfig, document_prompts
+
+    words = " ".join(f"word{i}" for i in range(40))
+    ids = _gpt2_tokenizer(words, add_special_tokens=False).input_ids
+    medium = _gpt2_tokenizer.decode(ids[:15])  # one window of 4 + 6 tokens, not two
+    documents = [{"id": "long", "text": words}, {"id": "medium", "text": medium}, {"id": "also", "text": words}]
+    config = EvalConfig(num_prompts=5, prefix_tokens=4, continuation_tokens=6, windows_per_document=3)
+    assert len(ids) >= 30 and len(_gpt2_tokenizer(medium, add_special_tokens=False).input_ids) < 20
+    prompts = document_prompts(_gpt2_tokenizer, documents, config)
+    assert [p["id"] for p in prompts] == ["long", "medium", "also", "long#2", "also#2", "long#3", "also#3"]
+    assert [p["document"] for p in prompts] == ["long", "medium", "also", "long", "also", "long", "also"]
+    assert prompts[5]["prompt"] == _gpt2_tokenizer.decode(ids[20:24])
+    assert prompts[5]["reference"] == _gpt2_tokenizer.decode(ids[24:30])
+    config.windows_per_document, config.num_prompts = 1, 2  # the openings alone: what a run before windows cut
+    assert document_prompts(_gpt2_tokenizer, documents, config) == prompts[:2]
+    config.windows_per_document, config.skip_prompts = 2, 1  # skip_prompts and num_prompts count documents
+    assert [p["id"] for p in document_prompts(_gpt2_tokenizer, documents, config)] == ["medium", "also", "also#2"]
+    with pytest.raises(ValueError, match="windows_per_document"):
+        EvalConfig(windows_per_document=0)
+
+
+def test_a_run_with_more_windows_keeps_the_openings_made_and_resamples_documents(workspace):
+    out = workspace / "out-windows"
+    args = eval_args(workspace) + ["--systems", "bare,bare-rag", "--num-prompts", "3", "--latency-prompts", "0",
+                                   "--mauve-permutations", "0", "--output-dir", str(out)]
+    main(args)
+    openings = (out / "generations.jsonl").read_text().splitlines()
+    main(args + ["--windows-per-document", "3"])
+    lines = (out / "generations.jsonl").read_text().splitlines()
+    assert lines[: len(openings)] == openings and len(lines) == 2 * 9  # only the later windows were generated
+    records = [json.loads(line) for line in lines]
+    assert {r["document"] for r in records} == {json.loads(line)["id"] for line in openings}
+    results = json.loads((out / "results.json").read_text())["results"]
+    documents = results["bare"]["prompt_documents"]
+    assert len(documents) == 9 and len(set(documents)) == 3
+    from evals.closeness import paired_bootstrap
+
+    clustered = paired_bootstrap(results["bare"]["per_prompt"]["rouge2"], results["bare-rag"]["per_prompt"]["rouge2"],
+                                 groups=documents)
+    report = (out / "report.md").read_text()
+    assert "9 prompts (windows of prefix and reference" in report and "from 3 held-out" in report
+    assert "bootstrap interval over documents (each with all its prompts)" in report
+    assert f"| bare | {results['bare']['rouge1']:.2f}" in report and clustered.cell() in report
+
+
 def test_document_prompts_cut_prompt_and_reference_from_the_documents_long_enough(_gpt2_tokenizer):
     from evals.protocol import EvalConfig, document_prompts
 
