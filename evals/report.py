@@ -173,8 +173,8 @@ def other_references(tokenizer, config, count: int) -> list[str]:
 
     from .protocol import document_prompts
 
-    cut = replace(config, num_prompts=count, skip_prompts=0)
-    return [p["reference"] for p in document_prompts(tokenizer, corpus_split(config.data)[0], cut)][:count]
+    cut = replace(config, num_prompts=count, skip_prompts=0, windows_per_document=1)
+    return [p["reference"] for p in document_prompts(tokenizer, corpus_split(config.data)[0], cut)]
 
 
 def _mauve_bounds(first: list[dict], config, generators) -> dict:
