@@ -158,8 +158,7 @@ class EvalConfig:
 
 
 def held_out_prompts(tokenizer, config: EvalConfig) -> list[dict]:
-    """``{"id", "prompt", "reference"}`` from held-out documents long enough for both parts, after the first
-    ``config.skip_prompts`` of them."""
+    """``document_prompts`` of the held-out documents, after the first ``config.skip_prompts`` long enough."""
     from dynvocab.data.corpora import corpus_split
 
     return document_prompts(tokenizer, corpus_split(config.data)[1], config)
@@ -554,7 +553,7 @@ def _generate_into(path: Path, todo: list[tuple[str, dict]], generators: Generat
     with open(path, "a", encoding="utf-8") as f, tqdm(total=len(todo), desc=desc) as bar:
         for system, batch in _batches(todo, batch_size):
             finished = [
-                {"system": system, "id": item["id"], "document": item.get("document", item["id"]),
+                {"system": system, "id": item["id"], "document": item["document"],
                  "prompt": item["prompt"], "reference": item["reference"], "batch_size": len(batch), **result}
                 for item, result in zip(batch, generators(system, batch))
             ]

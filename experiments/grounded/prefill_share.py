@@ -22,6 +22,7 @@ import torch
 from dynvocab.data.corpora import corpus_split
 from dynvocab.decoding.verification import forward_seconds
 from dynvocab.loading import load_lm
+from dynvocab.states.kv import DocumentKV
 
 
 def read_tokens(tokenizer, corpus: str, documents: int, budget: int) -> tuple[int, int]:
@@ -39,8 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     lm, tokenizer = load_lm("smollm2")
-    c = lm.config
-    kv_bytes = c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4
+    kv_bytes = DocumentKV(lm).dim * 4  # float32 keys and values of every layer, a token
     for folder in map(Path, args.reports):
         config = json.loads((folder / "eval_config.json").read_text())
         context, stored = read_tokens(tokenizer, config["data"], config["rag_documents"], config["rag_document_tokens"])
