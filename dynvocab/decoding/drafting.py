@@ -57,6 +57,8 @@ class DocumentDrafter:
         self.kept: dict[tuple[str, int], list[int]] = {}  # (source, context length) -> [proposals judged, tokens kept]
         self._pending: list[tuple[int, tuple[str, int], list[int]]] = []  # (where, source, proposal) not yet judged
         self._last: tuple[int, int] | None = None  # (document, where) the last draft was taken from, if a document
+        self._drafted: list[int] = []  # the last draft
+        self._occurrences: dict[int, dict[tuple[int, ...], list[tuple[int, int]]]] = {}  # n -> n-gram -> (doc, end)
 
     def draft(self, ids: Sequence[int]) -> list[int]:
         """The tokens proposed to follow ``ids`` (the whole text so far, prompt included, as token ids); [] when no
@@ -71,12 +73,13 @@ class DocumentDrafter:
             return []
         gains = [min(self.expected(source), len(proposal)) for source, proposal in proposals]
         best = gains.index(max(gains))  # the first of the best
-        self._last = None
+        self._last, self._drafted = None, []
         if self.step_cost and gains[best] <= self.step_cost:
             return []
         if proposals[best][0][0] == "documents":
             self._last = self._followers[tuple(ids[-proposals[best][0][1] :])]
-        return proposals[best][1]
+        self._drafted = proposals[best][1]
+        return self._drafted
 
     def proposals(self, ids: Sequence[int]) -> list[tuple[tuple[str, int], list[int]]]:
         """Every source's draft after ``ids`` (same rules as ``draft``), as ``(source, tokens)``, whatever each is
@@ -110,6 +113,26 @@ class DocumentDrafter:
         while run < min(len(ids), where) and ids[len(ids) - 1 - run] == source[where - 1 - run]:
             run += 1
         return run
+
+    def agreed(self, ids: Sequence[int], anchor: int) -> int:
+        """How many tokens of the last draft (made for ``ids``) every document occurrence of the text's last
+        ``anchor`` tokens goes on with: the draft up to where the documents holding that anchor disagree on what
+        follows (an occurrence that ends sooner agrees). 0 when the last draft came from the text or nothing was
+        drafted. Where documents disagree, the anchor does not say which of them the text is copying."""
+        if anchor < 1:
+            raise ValueError(f"anchor={anchor} must be >= 1: the text's last tokens that documents must hold to agree")
+        if self._last is None or len(ids) < anchor:
+            return 0
+        if anchor not in self._occurrences:
+            grams = self._occurrences[anchor] = {}
+            for d, document in enumerate(self._documents):
+                for end in range(anchor, len(document)):
+                    grams.setdefault(tuple(document[end - anchor : end]), []).append((d, end))
+        agreed = len(self._drafted)
+        for d, end in self._occurrences[anchor].get(tuple(ids[len(ids) - anchor :]), []):
+            follower = self._documents[d][end : end + agreed]
+            agreed = next((j for j, (a, b) in enumerate(zip(follower, self._drafted)) if a != b), agreed)
+        return agreed
 
     def expected(self, source: tuple[str, int]) -> float:
         """Tokens a proposal from ``source`` (``("text" | "documents", context length)``) kept on average so far."""

@@ -94,7 +94,7 @@ class VerifiedRow:
     context: Sequence[int] = ()
     row: int | None = None
     draft: Callable[[list[int]], list[int]] | None = None
-    relax: Callable[[list[int]], bool] | None = None
+    relax: Callable[[list[int]], int] | None = None
     logits_processor: LogitsProcessorList | None = None
     stopping_criteria: StoppingCriteriaList | None = None
     on_step: Callable[[list[int]], bool] | None = None
@@ -118,7 +118,7 @@ def generate_verified(
     eos_token_id: int | None = None,
     row: int | None = None,
     draft: Callable[[list[int]], list[int]] | None = None,
-    relax: Callable[[list[int]], bool] | None = None,
+    relax: Callable[[list[int]], int] | None = None,
     on_step: Callable[[list[int]], bool] | None = None,
     past_key_values: DynamicCache | None = None,
 ) -> VerifiedOutput:
@@ -128,10 +128,11 @@ def generate_verified(
     one row's phrase set after per-row ``set_phrases`` (default: every phrase). ``gamma`` in (0, 1] switches to
     grounded acceptance (module docstring); ``context`` ``(1, C)`` token ids are read before the prompt.
     ``logits_processor`` sees the mixed ids and the ``(1, V + P)`` scores of each step, like ``generate``'s. ``draft``
-    maps the text so far as token ids (prompt included) to the tokens proposed after it; ``relax(text)`` says whether
-    the proposals drafted for ``text`` may be kept by ``gamma`` (else only as the LM's own greedy tokens; default:
-    always). ``on_step`` hears the mixed ids each step kept (a phrase, a token, or a token and its kept draft), as they
-    are written; returning True ends decoding there (a server's stop string, cancellation or token limit).
+    maps the text so far as token ids (prompt included) to the tokens proposed after it; ``relax(text)`` says how many
+    leading tokens of the draft just made for ``text`` may be kept by ``gamma``: the draft is then cut there, and 0
+    keeps it whole but only as the LM's own greedy tokens (default: all of every draft). ``on_step`` hears the mixed
+    ids each step kept (a phrase, a token, or a token and its kept draft), as they are written; returning True ends
+    decoding there (a server's stop string, cancellation or token limit).
     ``past_key_values`` may hold the first tokens of ``context`` + ``input_ids`` already (a prefix shared with earlier
     calls): only the rest is read; decoding appends to it.
     """
@@ -331,13 +332,14 @@ def generate_grounded(model, input_ids: torch.LongTensor, max_new_tokens: int, *
                              draft=drafter.draft if drafter is not None else None, **kwargs)
 
 
-def grounded_relax(drafter, relax_after: int) -> Callable[[list[int]], bool] | None:
+def grounded_relax(drafter, relax_after: int) -> Callable[[list[int]], int] | None:
     """The ``relax`` of grounded decoding: ``drafter`` 's drafts are relaxed by gamma only inside a copy under way,
-    where at least ``relax_after`` of the text's last tokens stand verbatim before the draft in its document (0, or
+    where at least ``relax_after`` of the text's last tokens stand verbatim before the draft in its document, and only
+    as far as the read documents holding those tokens agree on what follows (``DocumentDrafter.agreed``; 0, or
     no drafter: everywhere)."""
     if drafter is None or not relax_after:
         return None
-    return lambda text: drafter.anchored(text) >= relax_after
+    return lambda text: drafter.agreed(text, relax_after) if drafter.anchored(text) >= relax_after else 0
 
 
 def _forward(model, ids: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, last_only: bool = False,
@@ -485,10 +487,11 @@ def _token_probs(scores: torch.Tensor, do_sample: bool, warpers: LogitsProcessor
 
 
 class _Proposals:
-    """One step's drafts, each with the relaxation it may be kept by: ``gamma`` where ``relax`` allows (or always),
-    else 1; ``gamma`` is that of the last draft made."""
+    """One step's drafts, each with the relaxation it may be kept by: ``gamma`` over the leading tokens ``relax``
+    allows (all at ``gamma`` 1, or without ``relax``), the draft cut after them; else the whole draft at 1. ``gamma``
+    is that of the last draft made."""
 
-    def __init__(self, draft: Callable[[list[int]], list[int]] | None, relax: Callable[[list[int]], bool] | None,
+    def __init__(self, draft: Callable[[list[int]], list[int]] | None, relax: Callable[[list[int]], int] | None,
                  gamma: float) -> None:
         self.draft, self.relax, self.relaxed, self.gamma = draft, relax, gamma, gamma
 
@@ -496,8 +499,9 @@ class _Proposals:
         if self.draft is None:
             return []
         proposal = self.draft(text)
-        self.gamma = self.relaxed if self.relax is None or self.relax(text) else 1.0
-        return proposal
+        relaxed = len(proposal) if self.relax is None or self.relaxed >= 1 else self.relax(text)
+        self.gamma = self.relaxed if relaxed else 1.0
+        return proposal[:relaxed] if relaxed else proposal
 
 
 def _grounded_proposal(probs: torch.Tensor, phrase_scores: torch.Tensor, table, text: list[int], draft: _Proposals,

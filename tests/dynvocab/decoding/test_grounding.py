@@ -16,6 +16,7 @@ from dynvocab.decoding.verification import (
     accept_relaxed,
     generate_verified,
     generate_verified_batch,
+    grounded_relax,
 )
 from tests.helpers import PhrasesAlwaysWin, PreferPhrases, TableLM
 
@@ -219,10 +220,11 @@ def test_a_draft_is_relaxed_only_where_relax_allows_it():
         [0.02, 0.02, 0.94, 0.02],
         [0.01, 0.97, 0.01, 0.01],
     ]))
-    for relax, kept in ((lambda text: False, [1, 2]), (lambda text: True, [1, 3, 1, 3, 1])):
+    # 0: the draft whole at gamma 1; n: its first n tokens at gamma 0.5, the rest drafted again the next step
+    for relax, kept in ((0, [1, 2]), (5, [1, 3, 1, 3, 1]), (2, [1, 3, 1])):
         drafts = iter([[1, 3, 1, 3, 0]] + [[]] * 10)
         out = generate_verified(TableLM(table), torch.tensor([[0]]), 2, gamma=0.5, draft=lambda text: next(drafts),
-                                relax=relax)
+                                relax=lambda text: relax)
         assert out.sequences[0, 1:].tolist() == kept
 
 
@@ -236,6 +238,32 @@ def test_the_drafter_tells_how_long_a_verbatim_run_its_draft_continues():
     assert copied.draft([5, 6, 7, 3]) == [] and copied.anchored([5, 6, 7, 3]) == 0  # nothing drafted
     own = DocumentDrafter([], draft_tokens=2, min_context=2)
     assert own.draft([1, 2, 3, 1, 2]) == [3, 1] and own.anchored([1, 2, 3, 1, 2]) == 0  # a draft from the text itself
+
+
+def test_the_drafter_tells_how_far_the_documents_holding_the_anchor_agree():
+    first, second = [1, 2, 3, 4, 5, 6, 7], [9, 2, 3, 4, 5, 8, 7]  # both hold 2 3 4, then part at 6 / 8
+    drafter = DocumentDrafter([first, second], draft_tokens=4, min_context=2)
+    assert drafter.draft([0, 2, 3, 4]) == [5, 6, 7]  # from the best document
+    assert drafter.agreed([0, 2, 3, 4], anchor=3) == 1  # the second goes on 5, then 8
+    assert drafter.agreed([0, 2, 3, 4], anchor=2) == 1
+    assert drafter.draft([0, 2, 3, 4, 5]) == [6, 7] and drafter.agreed([0, 2, 3, 4, 5], anchor=2) == 0
+    held_once = DocumentDrafter([first, second], draft_tokens=4, min_context=2)
+    assert held_once.draft([0, 1, 2, 3]) == [4, 5, 6, 7] and held_once.agreed([0, 1, 2, 3], anchor=3) == 4
+    alone = DocumentDrafter([first], draft_tokens=4, min_context=2)
+    assert alone.draft([0, 2, 3, 4]) == [5, 6, 7] and alone.agreed([0, 2, 3, 4], anchor=3) == 3
+    undrafted = DocumentDrafter([first], draft_tokens=4, min_context=2)
+    assert undrafted.draft([0, 3, 4, 5, 6, 7]) == [] and undrafted.agreed([0, 3, 4, 5, 6, 7], anchor=2) == 0
+    with pytest.raises(ValueError, match="anchor"):
+        undrafted.agreed([0, 3, 4, 5, 6, 7], anchor=0)
+
+
+def test_grounded_relax_relaxes_a_draft_only_as_far_as_its_documents_agree():
+    first, second = [1, 2, 3, 4, 5, 6, 7], [9, 2, 3, 4, 5, 8, 7]
+    for text, relaxed in (([1, 2, 3, 4], 1), ([0, 9, 3, 4], 0)):  # anchored on 4 tokens, agreed on 1; anchored on 2
+        drafter = DocumentDrafter([first, second], draft_tokens=4, min_context=2)
+        drafter.draft(text)
+        assert grounded_relax(drafter, relax_after=3)(text) == relaxed
+    assert grounded_relax(drafter, relax_after=0) is None and grounded_relax(None, relax_after=3) is None
 
 
 @pytest.mark.parametrize("gamma", [1.0, 0.05])
