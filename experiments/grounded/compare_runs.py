@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 from evals.closeness import paired_bootstrap, rouge_scores
 
@@ -39,9 +40,8 @@ def main() -> None:
             d = paired_bootstrap(scores[a][kind], scores[b][kind], groups=groups)
             print(f"{kind} {a} - {b}: {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]")
     for name, run in runs.items():
-        characters = sum(len(run[i]["text"]) for i in ids)
-        cited = sum(run[i]["cited_share"] * len(run[i]["text"]) for i in ids) / characters
-        print(f"{name}: cited {cited:.1%} of characters, {sum(run[i]['steps'] for i in ids) / len(ids):.1f} LM calls")
+        cited = statistics.mean(run[i]["cited_share"] for i in ids)  # as the report counts it: a mean over prompts
+        print(f"{name}: cited {cited:.1%}, {statistics.mean(run[i]['steps'] for i in ids):.1f} LM calls")
     changed = [j for j, i in enumerate(ids) if runs["before"][i]["text"] != runs["after"][i]["text"]]
     print(f"{len(ids)} prompts, {len(changed)} texts changed (ROUGE-2 before -> after):")
     for j in changed:
