@@ -135,7 +135,8 @@ class PhrasePipeline(DocumentReader):
     def __init__(self, model: DynamicVocabLM, index: DocumentIndex, config: PipelineConfig | None = None) -> None:
         super().__init__(model, config)
         self.index = index
-        attach_phrase_vectors(model, index)  # vectors computed beside the index, when it has them
+        if self.config.max_phrases:  # vectors computed beside the index, when it has them and phrases are cut
+            attach_phrase_vectors(model, index)
 
     def document_kv(self) -> DocumentKV:
         """The LM's documents' keys and values, one ``DocumentKV`` per LM for every pipeline on it (a document is read

@@ -1,5 +1,7 @@
 """Phrase vectors computed beside an index: the vectors encoding makes, found per request, resumable, tied to the encoder."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -40,6 +42,17 @@ def test_keys_tell_phrases_apart_by_ids_and_length():
     phrases = [(1, 2), (2, 1), (1, 2, 0), (0, 1, 2), (1, 2)]
     keys = phrase_keys(*flatten(phrases))
     assert len(set(keys[:4].tolist())) == 4 and keys[0] == keys[4]
+
+
+def test_a_pipeline_that_cuts_no_phrases_leaves_the_store_alone(base_model, tokenizer, index_dir):
+    model = model_of(base_model, tokenizer)
+    index = DocumentIndex.load(index_dir, encoder=WordHashEncoder())
+    config = PipelineConfig(grounded=False, top_k=2, max_new_tokens=4, agreement_top_k=0)
+    build_phrase_vectors(model, index, config, shard_documents=2)
+    PhrasePipeline(model, index, dataclasses.replace(config, max_phrases=0))
+    assert model.phrase_store is None
+    PhrasePipeline(model, index, config)
+    assert model.phrase_store is not None
 
 
 def test_stored_vectors_are_the_ones_encoding_makes_and_a_request_encodes_none(base_model, tokenizer, index_dir):
