@@ -477,7 +477,7 @@ class Generators:
             grounded=True, **settings, first_token_mass=False, gamma=spec.get("gamma", c.gamma),
             relax_after=spec.get("relax", c.relax_after), read_documents=spec.get("docs", c.rag_documents),
             read_tokens=c.rag_document_tokens, draft_tokens=spec.get("draft", None), cite_tokens=c.cite_tokens,
-            document_kv=spec.get("kv", None),
+            document_kv=spec.get("kv", None), fill_tokens=spec.get("fill", None),
         )
 
     def _grounded(self, spec: SystemSpec, items: list[dict]) -> list[dict]:

@@ -54,6 +54,7 @@ OPTIONS = {
     "gamma": (float, None, GROUNDED),
     "relax": (int, None, GROUNDED),
     "kv": (int, None, GROUNDED),
+    "fill": (int, None, GROUNDED),
     "draft_cost": (float, None, _DYNAMIC),
     "mass": (int, (0, 1), _DYNAMIC),
     "checkpoint": (str, None, TRAINED),

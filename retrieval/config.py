@@ -13,10 +13,11 @@ from dynvocab.config import check_at_least, check_field_types
 #: phrase bias chosen for the shipped encoder on development leads (results/wikipedia/nucleus-dev/; greedy's stays 0 for
 #: the reason in results/wikipedia/greedy-bias2/).
 #: grounded decoding's defaults, chosen on development prompts (docs/grounded.md): the relaxation, the verbatim run
-#: of the text a document must hold before it applies, and the draft length
+#: of the text a document must hold before it applies, the draft length, and the corpus drafts' length
 GROUNDED_GAMMA = 0.05
 GROUNDED_RELAX_AFTER = 4
 GROUNDED_DRAFT_TOKENS = 8
+GROUNDED_FILL_TOKENS = 4
 #: what a drafted forward call costs beyond a one-token call, in one-token calls, where drafts can change the text
 #: (relaxed, top-k or sampled acceptance): fixed, so that the text does not depend on a timing; this is about what
 #: dynvocab.decoding.verification.draft_step_cost measures on a 2-core CPU (0.09-0.33 in the reports' runs)
@@ -113,6 +114,14 @@ class PipelineConfig:
                           "in a retrieved document or earlier in the text (dynvocab.decoding.drafting; 0: off; None: 8 grounded, "
                           "0 otherwise)."},
     )
+    fill_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Grounded decoding: where neither the text nor the read documents have a draft, draft up to n "
+                          "tokens that most often followed the text's last tokens across the index's documents "
+                          "(dynvocab.decoding.drafting.CorpusDrafts, REST-style), kept only as far as the LM's own "
+                          "greedy tokens agree and no document draft or relaxation is in force: the same text in fewer "
+                          "LM calls (0: off; None: 4 grounded with drafts, else 0)."},
+    )
     draft_step_cost: float | None = field(
         default=None,
         metadata={"help": "Drafting: what a forward call over a drafted step costs beyond a one-token call, in one-token "
@@ -139,6 +148,8 @@ class PipelineConfig:
                              "store beside the index where there is one")
         if self.draft_tokens is None:
             self.draft_tokens = GROUNDED_DRAFT_TOKENS if self.grounded else 0
+        if self.fill_tokens is None:
+            self.fill_tokens = GROUNDED_FILL_TOKENS if self.grounded and self.draft_tokens else 0
         if self.draft_step_cost is None and not self.drafts_keep_the_text:
             self.draft_step_cost = FIXED_DRAFT_STEP_COST
         if not 0.0 < self.gamma <= 1.0:
@@ -167,7 +178,7 @@ class PipelineConfig:
             raise ValueError(f"edges={self.edges!r}, ranking={self.ranking!r}; choose edges 'content' or 'any', "
                              "ranking 'relevance' or 'frequency'")
         counts = ("no_repeat_ngram_size", "agreement_top_k", "phrase_max_uses", "verify_top_k", "context_tokens",
-                  "draft_tokens")
+                  "draft_tokens", "fill_tokens")
         if min(getattr(self, name) or 0 for name in counts) < 0 or self.repetition_penalty <= 0:
             raise ValueError(", ".join(f"{name}={getattr(self, name)}" for name in counts)
                              + f" must be >= 0 and repetition_penalty={self.repetition_penalty} > 0")
@@ -180,6 +191,9 @@ class PipelineConfig:
         if self.state_threshold is not None and self.realtime:
             raise ValueError("state_threshold gates a phrase set chosen up front; real-time mode adds phrases while it "
                              "decodes: pass one of them")
+        if self.fill_tokens and not (self.grounded and self.draft_tokens):
+            raise ValueError(f"fill_tokens={self.fill_tokens} fills the grounded steps that drafts leave empty: pass "
+                             "grounded=True with draft_tokens >= 1, or fill_tokens=0")
         if self.draft_tokens and not (self.verify_top_k or self.grounded):
             raise ValueError(f"draft_tokens={self.draft_tokens} needs verified decoding: pass grounded=True (the "
                              "default), verify_top_k=1 (a draft is kept as far as the LM's own greedy text agrees) or "

@@ -20,6 +20,7 @@ from dynvocab.decoding import (
     cited_share,
     generate_continuations,
     generate_verified_batch,
+    grounded_fill,
     grounded_relax,
 )
 from dynvocab.states import DocumentStates, StateKeys, row_state_keys
@@ -27,6 +28,7 @@ from dynvocab.states.kv import DocumentKV
 from dynvocab.tokens import pad_id
 
 from .config import PipelineConfig
+from .corpus_drafts import corpus_drafts
 from .document_states import attach_document_states, document_token_ids, stored_documents
 from .index.dense import DocumentIndex
 from .phrase_vectors import attach_phrase_vectors
@@ -204,7 +206,8 @@ class PhrasePipeline(DocumentReader):
         with timer.stage("extract"):
             phrases = [self.candidates(found) for found in documents]
             contexts = [self.phrase_contexts(found, row) for found, row in zip(documents, phrases)]
-            drafters = [self.drafter(self.read(found) if c.grounded else found) for found in documents] \
+            corpus = corpus_drafts(self.index, model.tokenizer) if c.grounded and c.fill_tokens else None
+            drafters = [self.drafter(self.read(found) if c.grounded else found, corpus) for found in documents] \
                 if c.draft_tokens else None
         gate = {"phrase_contexts": contexts} if c.context_tokens else {}
         with timer.stage("encode"):
@@ -269,10 +272,12 @@ class PhrasePipeline(DocumentReader):
             context = [token for part in parts[row] for token in part]
             ids = model.tokenizer(prompt, add_special_tokens=not context)["input_ids"]
             drafter = drafters[row] if drafters else None
+            relax = grounded_relax(drafter, c.relax_after)
             rows.append(VerifiedRow(
-                ids, context, row if len(prompts) > 1 else None, drafter.draft if drafter else None,
-                grounded_relax(drafter, c.relax_after), model.phrase_processors_in(kwargs | gate),
-                character_budget(model, len(ids), budgets[row] if budgets is not None else None)))
+                ids, context, row if len(prompts) > 1 else None, drafter.draft if drafter else None, relax,
+                model.phrase_processors_in(kwargs | gate),
+                character_budget(model, len(ids), budgets[row] if budgets is not None else None),
+                fill=grounded_fill(drafter, relax)))
         caches = [self.document_kv().cache(read[:stored]) for read in parts] if stored else None
         outputs = self._decode_rows(rows, keys, caches, gamma=c.gamma)
         return [(out, len(row.input_ids)) for out, row in zip(outputs, rows)]

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Sequence
 
 from dynvocab import DynamicVocabLM, Phrase
-from dynvocab.decoding import Citation, DocumentDrafter, cite
+from dynvocab.decoding import Citation, CorpusDrafts, DocumentDrafter, cite
 from dynvocab.decoding.verification import draft_step_cost
 
 from .config import PipelineConfig
@@ -111,8 +111,9 @@ class DocumentReader:
         tokens = [t for t in model.phrase_table.spell(new) if t not in model.tokenizer.all_special_ids]
         return cite(tokens, [d["text"] for d in self.read(documents)], model.tokenizer, self.config.cite_tokens)
 
-    def drafter(self, documents: list[dict]) -> DocumentDrafter:
-        """Drafts of ``config.draft_tokens`` tokens from ``documents`` and the text so far, for one prompt."""
+    def drafter(self, documents: list[dict], corpus: CorpusDrafts | None = None) -> DocumentDrafter:
+        """Drafts of ``config.draft_tokens`` tokens from ``documents`` and the text so far, for one prompt, and of
+        ``config.fill_tokens`` from ``corpus`` where those have none."""
         c, texts = self.config, [d["text"] for d in documents]
         cost = c.draft_step_cost
         if cost is None:  # drafts cannot change the text (PipelineConfig.drafts_keep_the_text): measured once per model and draft length
@@ -123,4 +124,5 @@ class DocumentReader:
                             c.draft_tokens, 1 + costs[c.draft_tokens])
             cost = costs[c.draft_tokens]
         return DocumentDrafter(self.model.tokenizer(texts, add_special_tokens=False).input_ids if texts else [],
-                               c.draft_tokens, no_repeat_ngram_size=c.no_repeat_ngram_size, step_cost=cost)
+                               c.draft_tokens, no_repeat_ngram_size=c.no_repeat_ngram_size, step_cost=cost,
+                               corpus=corpus if c.fill_tokens else None, fill_tokens=c.fill_tokens)

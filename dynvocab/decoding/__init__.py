@@ -5,17 +5,18 @@ character budgets, and the KV-cache row moves of continuous batching."""
 from .agreement import FirstTokenMass, PhraseAgreement, PhraseBias
 from .citations import Citation, cite, cited_share
 from .context_gate import PhraseContextGate, left_contexts
-from .drafting import DocumentDrafter
+from .drafting import CorpusDrafts, DocumentDrafter
 from .generation import generate_continuations
 from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPenalty
 from .sampling import choose, sampling_warpers
 from .stopping import CharacterBudget
 from .verification import VerifiedBatch, VerifiedOutput, VerifiedRow, generate_grounded, generate_verified, \
-    generate_verified_batch, grounded_relax
+    generate_verified_batch, grounded_fill, grounded_relax
 
 __all__ = [
     "CharacterBudget",
     "Citation",
+    "CorpusDrafts",
     "DocumentDrafter",
     "FirstTokenMass",
     "PhraseAgreement",
@@ -34,6 +35,7 @@ __all__ = [
     "generate_grounded",
     "generate_verified",
     "generate_verified_batch",
+    "grounded_fill",
     "grounded_relax",
     "left_contexts",
     "sampling_warpers",

@@ -14,16 +14,92 @@ the text, so that it does not depend on a timing). So the drafter keeps count, p
 the documents, and the context length), of how many tokens its proposals would have kept: each proposal is judged
 against the text once the text has grown past it, whether it was drafted or not. It drafts from the source expected
 to keep most, and only when that is more than ``step_cost``.
+
+Where neither the text nor the documents hold the text's last tokens, ``CorpusDrafts`` (REST, He et al. 2023) still
+knows what most often followed them across a whole corpus (an index's every document): the drafter's ``fill``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["DocumentDrafter"]
+import numpy as np
+
+__all__ = ["CorpusDrafts", "DocumentDrafter"]
 
 #: a source nobody has judged yet counts as one proposal that kept this many tokens
 PRIOR_KEPT = 1.0
+
+
+class CorpusDrafts:
+    """What most often followed each context of ``context_tokens`` tokens (down to ``min_context``) in ``documents``
+    (token-id sequences, a whole corpus): an n-gram model's greedy continuation, drafted where the documents at hand
+    hold nothing (REST-style). Each context length keeps sorted ``(N,)`` int64 context keys beside their most
+    frequent follower (ties: the smaller id); a draft looks its tokens up one by one, the longest context first."""
+
+    def __init__(self, documents: Sequence[Sequence[int]], context_tokens: int = 3, min_context: int = 2) -> None:
+        if not 1 <= min_context <= context_tokens:
+            raise ValueError(f"1 <= min_context={min_context} <= context_tokens={context_tokens} is needed")
+        arrays = [np.asarray(ids, dtype=np.int64) for ids in documents if len(ids) > min_context]
+        self.base = int(max((a.max() for a in arrays), default=0)) + 1
+        if self.base ** context_tokens >= 2**62:
+            raise ValueError(f"a context of {context_tokens} ids below {self.base} does not fit one int64 key: "
+                             "pass a smaller context_tokens")
+        self.sizes = range(context_tokens, min_context - 1, -1)
+        self.tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for n in self.sizes:
+            keys = [self._keys(a, n) for a in arrays if len(a) > n]
+            followers = [a[n:] for a in arrays if len(a) > n]
+            self.tables[n] = _most_frequent(np.concatenate(keys or [np.zeros(0, np.int64)]),
+                                            np.concatenate(followers or [np.zeros(0, np.int64)]))
+
+    def __len__(self) -> int:
+        """Contexts of the longest size with a follower."""
+        return len(self.tables[self.sizes[0]][0])
+
+    def _keys(self, ids: np.ndarray, n: int) -> np.ndarray:
+        """The key of every context of ``n`` ids of ``ids`` that has a follower: ``(len(ids) - n,)``."""
+        keys = np.zeros(len(ids) - n, dtype=np.int64)
+        for j in range(n):
+            keys = keys * self.base + ids[j : len(ids) - n + j]
+        return keys
+
+    def follower(self, ids: Sequence[int]) -> int | None:
+        """The token that most often followed the last tokens of ``ids`` (the longest context found), or None."""
+        for n in self.sizes:
+            if len(ids) < n or any(t >= self.base for t in ids[-n:]):
+                continue
+            key = 0
+            for token in ids[-n:]:
+                key = key * self.base + int(token)
+            keys, followers = self.tables[n]
+            at = int(np.searchsorted(keys, key))
+            if at < len(keys) and keys[at] == key:
+                return int(followers[at])
+        return None
+
+    def draft(self, ids: Sequence[int], max_tokens: int) -> list[int]:
+        """Up to ``max_tokens`` tokens to follow ``ids``, each the most frequent follower of the text before it."""
+        text, drafted = list(ids), []
+        while len(drafted) < max_tokens and (token := self.follower(text)) is not None:
+            drafted.append(token)
+            text.append(token)
+        return drafted
+
+
+def _most_frequent(keys: np.ndarray, followers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``keys`` and, for each, the follower seen most often with it (ties: the smaller)."""
+    if not len(keys):
+        return keys, followers
+    order = np.lexsort((followers, keys))
+    keys, followers = keys[order], followers[order]
+    starts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]) | (followers[1:] != followers[:-1])])
+    counts = np.diff(np.r_[starts, len(keys)])
+    keys, followers = keys[starts], followers[starts]
+    best = np.lexsort((-counts, keys))  # stable: among equal counts the smaller follower stays first
+    keys, followers = keys[best], followers[best]
+    first = np.r_[True, keys[1:] != keys[:-1]]
+    return keys[first], followers[first]
 
 
 class DocumentDrafter:
@@ -34,17 +110,20 @@ class DocumentDrafter:
     whose proposals kept most tokens so far is drafted from (ties: the longer context, then the text), if that is
     more than ``step_cost`` (in one-token forward calls; 0 drafts whenever a context matches). With
     ``no_repeat_ngram_size=n`` a draft stops before the first token that would repeat an n-gram of the text (the guard
-    would refuse it).
+    would refuse it). ``corpus`` drafts up to ``fill_tokens`` tokens for ``fill``, where no source here has any.
     """
 
     def __init__(self, documents: Sequence[Sequence[int]], draft_tokens: int = 8, context_tokens: int = 3,
-                 min_context: int = 2, no_repeat_ngram_size: int = 0, step_cost: float = 0.0) -> None:
-        if not 1 <= min_context <= context_tokens or draft_tokens < 1 or no_repeat_ngram_size < 0 or step_cost < 0:
-            raise ValueError(f"draft_tokens={draft_tokens} must be >= 1, 1 <= min_context={min_context} <= "
-                             f"context_tokens={context_tokens}, no_repeat_ngram_size={no_repeat_ngram_size} >= 0 and "
-                             f"step_cost={step_cost} >= 0")
+                 min_context: int = 2, no_repeat_ngram_size: int = 0, step_cost: float = 0.0,
+                 corpus: CorpusDrafts | None = None, fill_tokens: int = 4) -> None:
+        if not 1 <= min_context <= context_tokens or draft_tokens < 1 or (corpus is not None and fill_tokens < 1) \
+                or no_repeat_ngram_size < 0 or step_cost < 0:
+            raise ValueError(f"draft_tokens={draft_tokens} must be >= 1 (and fill_tokens={fill_tokens} with a corpus), "
+                             f"1 <= min_context={min_context} <= context_tokens={context_tokens}, no_repeat_ngram_size="
+                             f"{no_repeat_ngram_size} >= 0 and step_cost={step_cost} >= 0")
         self.draft_tokens, self.sizes = draft_tokens, range(context_tokens, min_context - 1, -1)
         self.no_repeat, self.step_cost = no_repeat_ngram_size, step_cost
+        self.corpus, self.fill_tokens = corpus, fill_tokens
         self._documents = [list(ids) for ids in documents]
         self._followers: dict[tuple[int, ...], tuple[int, int]] = {}  # context -> (document, where its follower is)
         for d, ids in reversed(list(enumerate(self._documents))):  # the best document's occurrence written last
@@ -101,6 +180,32 @@ class DocumentDrafter:
                 d, start = self._followers[context]
                 proposals.append((("documents", n), self._documents[d][start : start + self.draft_tokens]))
         return [(source, trimmed) for source, draft in proposals if (trimmed := self._unrepeated(ids, draft))]
+
+    def proposes(self, ids: Sequence[int]) -> bool:
+        """Whether a context of ``ids`` has a follower in the text or the documents, so that ``draft`` may propose or
+        count something there; unlike ``draft``, ``ids`` need not extend the text of earlier calls and nothing is
+        indexed. (A follower the n-gram guard would cut away counts too.)"""
+        ids, known = list(ids), len(self._text)
+        indexed = ids[:known] == self._text
+        for n in self.sizes:
+            if len(ids) < n:
+                continue
+            context = tuple(ids[-n:])
+            if context in self._followers or (indexed and context in self._seen):
+                return True
+            start = n if not indexed else max(known, n)  # contexts that the index has not seen
+            if any(tuple(ids[end - n : end]) == context for end in range(start, len(ids))):
+                return True
+        return False
+
+    def fill(self, ids: Sequence[int]) -> list[int]:
+        """The corpus's draft after ``ids`` (up to ``fill_tokens``, cut where the n-gram guard would refuse it), or []
+        without a corpus. Like ``draft``, successive calls may only extend ``ids``; nothing is counted."""
+        if self.corpus is None:
+            return []
+        ids = list(ids)
+        self._index_text(ids)
+        return self._unrepeated(ids, self.corpus.draft(ids, self.fill_tokens))
 
     def anchored(self, ids: Sequence[int]) -> int:
         """How many of the last tokens of ``ids`` (the text the last draft was made for) stand verbatim just before

@@ -42,7 +42,8 @@ from .kv_slots import check_layers, drop_leading_slots, join_rows, pad_leading_s
 from .sampling import choose, sampling_warpers
 
 __all__ = ["VerifiedBatch", "VerifiedOutput", "VerifiedRow", "accept_relaxed", "accept_sampled", "draft_step_cost",
-           "forward_seconds", "generate_grounded", "generate_verified", "generate_verified_batch", "grounded_relax"]
+           "forward_seconds", "generate_grounded", "generate_verified", "generate_verified_batch", "grounded_fill",
+           "grounded_relax"]
 
 
 @dataclass
@@ -88,7 +89,8 @@ class VerifiedRow:
     phrase), and its ``draft``, ``relax``, ``logits_processor``, ``stopping_criteria`` and ``on_step``, as
     ``generate_verified`` takes them (a row's own processors: the n-gram guard keeps the width it first sees).
     ``phrases``, the table indices of its phrases, names its set instead of ``row`` (a row joining a running
-    ``VerifiedBatch`` whose table grew by its phrases)."""
+    ``VerifiedBatch`` whose table grew by its phrases). ``fill`` (grounded decoding, e.g. ``grounded_fill``) drafts
+    after the LM's own token where ``draft`` has nothing there, kept as far as the LM's own greedy tokens agree."""
 
     input_ids: Sequence[int]
     context: Sequence[int] = ()
@@ -99,6 +101,7 @@ class VerifiedRow:
     stopping_criteria: StoppingCriteriaList | None = None
     on_step: Callable[[list[int]], bool] | None = None
     phrases: Sequence[int] | None = None
+    fill: Callable[[list[int]], list[int]] | None = None
 
 
 @torch.no_grad()
@@ -121,6 +124,7 @@ def generate_verified(
     relax: Callable[[list[int]], int] | None = None,
     on_step: Callable[[list[int]], bool] | None = None,
     past_key_values: DynamicCache | None = None,
+    fill: Callable[[list[int]], list[int]] | None = None,
 ) -> VerifiedOutput:
     """Decode ``max_new_tokens`` steps from ``input_ids`` ``(1, L)`` (token ids) with verified phrases and drafts.
 
@@ -132,7 +136,8 @@ def generate_verified(
     leading tokens of the draft just made for ``text`` may be kept by ``gamma``: the draft is then cut there, and 0
     keeps it whole but only as the LM's own greedy tokens (default: all of every draft). ``on_step`` hears the mixed
     ids each step kept (a phrase, a token, or a token and its kept draft), as they are written; returning True ends
-    decoding there (a server's stop string, cancellation or token limit).
+    decoding there (a server's stop string, cancellation or token limit). ``fill`` drafts after the LM's own token
+    where ``draft`` has nothing (grounded: ``grounded_fill``).
     ``past_key_values`` may hold the first tokens of ``context`` + ``input_ids`` already (a prefix shared with earlier
     calls): only the rest is read; decoding appends to it.
     """
@@ -142,7 +147,7 @@ def generate_verified(
     if context is not None and (context.dim() != 2 or context.shape[0] != 1):
         raise ValueError(f"context must be (1, C) token ids read before the prompt, got {tuple(context.shape)}")
     spec = VerifiedRow(input_ids[0].tolist(), context[0].tolist() if context is not None else (), row, draft, relax,
-                       logits_processor, stopping_criteria, on_step)
+                       logits_processor, stopping_criteria, on_step, fill=fill)
     return generate_verified_batch(model, [spec], max_new_tokens, accept_top_k=accept_top_k, gamma=gamma,
                                    do_sample=do_sample, top_p=top_p, temperature=temperature,
                                    eos_token_id=eos_token_id, past_key_values=past_key_values)[0]
@@ -326,10 +331,13 @@ def _left_padded(attention: torch.Tensor, length: int) -> torch.Tensor:
 def generate_grounded(model, input_ids: torch.LongTensor, max_new_tokens: int, *, gamma: float, drafter=None,
                       relax_after: int = 0, **kwargs) -> VerifiedOutput:
     """Grounded decoding (``generate_verified`` with ``gamma``) with drafts from ``drafter`` (a
-    ``dynvocab.decoding.drafting.DocumentDrafter`` over the documents read), relaxed as ``grounded_relax`` says.
-    ``kwargs`` go to ``generate_verified`` (``context``, ``do_sample``, ``logits_processor``, ...)."""
-    return generate_verified(model, input_ids, max_new_tokens, gamma=gamma, relax=grounded_relax(drafter, relax_after),
-                             draft=drafter.draft if drafter is not None else None, **kwargs)
+    ``dynvocab.decoding.drafting.DocumentDrafter`` over the documents read), relaxed as ``grounded_relax`` says, and
+    its corpus's drafts where it has none (``grounded_fill``). ``kwargs`` go to ``generate_verified`` (``context``,
+    ``do_sample``, ``logits_processor``, ...)."""
+    relax = grounded_relax(drafter, relax_after)
+    return generate_verified(model, input_ids, max_new_tokens, gamma=gamma, relax=relax,
+                             draft=drafter.draft if drafter is not None else None, fill=grounded_fill(drafter, relax),
+                             **kwargs)
 
 
 def grounded_relax(drafter, relax_after: int) -> Callable[[list[int]], int] | None:
@@ -340,6 +348,27 @@ def grounded_relax(drafter, relax_after: int) -> Callable[[list[int]], int] | No
     if drafter is None or not relax_after:
         return None
     return lambda text: drafter.agreed(text, relax_after) if drafter.anchored(text) >= relax_after else 0
+
+
+def grounded_fill(drafter, relax: Callable[[list[int]], int] | None) -> Callable[[list[int]], list[int]] | None:
+    """The ``fill`` of grounded decoding: ``drafter``'s corpus draft (``DocumentDrafter.fill``) where the step would
+    write the LM's own token, cut before the first text where it would not (a quiet text: neither the text nor the
+    documents hold a follower there, ``DocumentDrafter.proposes``, and ``relax`` relaxes nothing). Kept at gamma 1,
+    a filled token is the one that step would have written, and the next step starts where it would have (None: no
+    drafter or no corpus)."""
+    if drafter is None or drafter.corpus is None:
+        return None
+
+    def quiet(text: list[int]) -> bool:
+        return not drafter.proposes(text) and not (relax is not None and relax(text))
+
+    def fill(text: list[int]) -> list[int]:
+        if not quiet(text):
+            return []
+        draft = drafter.fill(text)
+        return next((draft[:j] for j in range(1, len(draft)) if not quiet(text + draft[:j])), draft)
+
+    return fill
 
 
 def _forward(model, ids: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, last_only: bool = False,
@@ -423,7 +452,7 @@ class _RowDecoding:
             probs = _token_probs(self.scores[0, :vocab], rule.do_sample, rule.warpers, self.ids, self.refused)
             proposals = _Proposals(self.spec.draft, self.spec.relax, rule.gamma)
             tokens, own, phrase = _grounded_proposal(probs, self.scores[0, vocab:], rule.table, self.text, proposals,
-                                                     rule.do_sample, rule.ends)
+                                                     rule.do_sample, rule.ends, self.spec.fill)
             chosen, first, step_gamma = (tokens[0] if phrase is None else vocab + phrase), 1, proposals.gamma
         self.step = (tokens, chosen, first, own, step_gamma)
         return tokens
@@ -505,12 +534,14 @@ class _Proposals:
 
 
 def _grounded_proposal(probs: torch.Tensor, phrase_scores: torch.Tensor, table, text: list[int], draft: _Proposals,
-                       do_sample: bool, ends: set[int]) -> tuple[list[int], int, int | None]:
+                       do_sample: bool, ends: set[int],
+                       fill: Callable[[list[int]], list[int]] | None = None) -> tuple[list[int], int, int | None]:
     """The tokens to read back this step, how many of them the LM chose itself (1 or 0), and the phrase they are.
 
     A proposal whose first token the LM vouches for here (``accept_relaxed``; sampled: the token drawn) is read back
     whole: the draft that continues the text, else the row's best phrase. Otherwise the LM's own token (the best, or
-    drawn from ``probs``) comes first, followed by the draft after it.
+    drawn from ``probs``) comes first, followed by the draft after it, else by ``fill``'s (kept at gamma 1: no draft
+    there, so ``draft.gamma`` is 1).
     """
     own = int(torch.multinomial(probs, 1)) if do_sample else int(probs.argmax())
     proposed = draft(text)
@@ -525,7 +556,12 @@ def _grounded_proposal(probs: torch.Tensor, phrase_scores: torch.Tensor, table, 
         phrase = list(table.token_ids[best])
         if vouched(phrase[0]):
             return phrase, 0, best
-    return [own] + (draft(text + [own]) if own not in ends else []), 1, None
+    if own in ends:
+        return [own], 1, None
+    after = draft(text + [own])
+    if not after and fill is not None:
+        after = fill(text + [own])
+    return [own] + after, 1, None
 
 
 def _processed_rows(logits: torch.Tensor, tokens: list[int], processors: LogitsProcessorList,

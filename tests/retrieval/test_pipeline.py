@@ -278,6 +278,24 @@ def test_grounded_decoding_at_gamma_one_is_the_lm_reading_the_documents(pipeline
         assert result.steps <= 10
 
 
+def test_corpus_fills_keep_the_grounded_text_and_are_built_once_per_index(pipeline):
+    from retrieval.corpus_drafts import corpus_drafts
+
+    prompts = ["Which river flows through New York City?", "What is the capital of France?"]
+    settings = {"top_k": 2, "read_documents": 1, "max_new_tokens": 10, "no_repeat_ngram_size": 0}
+    for gamma in (1.0, 0.05):
+        pipeline.config = PipelineConfig(**settings, gamma=gamma)
+        plain = pipeline.batch(prompts)
+        pipeline.config = PipelineConfig(**settings, gamma=gamma, fill_tokens=4)
+        filled = pipeline.batch(prompts)
+        for one, other in zip(plain, filled):  # as many steps, so the filled text may run further
+            assert other.text.startswith(one.text) and other.steps <= one.steps
+    corpus = corpus_drafts(pipeline.index, pipeline.model.tokenizer)
+    assert len(corpus) > 0 and corpus_drafts(pipeline.index, pipeline.model.tokenizer) is corpus
+    with pytest.raises(ValueError, match="fill_tokens=4 fills the grounded steps"):
+        PipelineConfig(grounded=False, fill_tokens=4)
+
+
 def test_stored_document_keys_and_values_give_the_lm_reading_the_documents_and_are_read_once(pipeline, llama):
     import torch
 

@@ -16,11 +16,12 @@ from typing import Any, NamedTuple
 import torch
 
 from retrieval import DocumentReader, PipelineConfig
+from retrieval.corpus_drafts import corpus_drafts
 from retrieval.document_states import attach_document_states, document_token_ids, stored_documents
 from retrieval.timing import StageTimer
 
 from ...decoding.citations import cited_share
-from ...decoding.verification import VerifiedBatch, VerifiedRow, grounded_relax
+from ...decoding.verification import VerifiedBatch, VerifiedRow, grounded_fill, grounded_relax
 from ...model import DynamicVocabLM
 from ...phrases.mixed_ids import Segment, segments as phrase_segments
 from ...phrases.table import Phrase, PhraseTable
@@ -377,7 +378,10 @@ class Engine:
         settings = prepared.job.settings
         reader = DocumentReader(model, settings)
         read = reader.read(prepared.documents) if settings.grounded else prepared.documents
-        drafter = reader.drafter(read) if settings.draft_tokens else None
+        corpus = None
+        if settings.grounded and settings.fill_tokens and self.corpora:  # lossless: any served corpus may fill
+            corpus = corpus_drafts(self.corpora[prepared.job.request.corpus or next(iter(self.corpora))], model.tokenizer)
+        drafter = reader.drafter(read, corpus) if settings.draft_tokens else None
         gate = {"phrase_contexts": admission.contexts} if admission.contexts is not None else {}
         if not settings.grounded:
             return VerifiedRow(admission.prompt_ids, draft=drafter.draft if drafter else None,
@@ -388,9 +392,10 @@ class Engine:
         context = [token for part in parts for token in part]
         prompt = model.tokenizer(prepared.job.request.prompt, add_special_tokens=not context)["input_ids"]
         gate["no_repeat_ngram_scope"] = "new"  # the n-gram guard judges the continuation: copying documents is allowed
-        return VerifiedRow(prompt, context, None, drafter.draft if drafter else None,
-                           grounded_relax(drafter, settings.relax_after),
-                           model.phrase_processors_in(settings.generation_kwargs() | gate), phrases=phrases), parts[:stored]
+        relax = grounded_relax(drafter, settings.relax_after)
+        return VerifiedRow(prompt, context, None, drafter.draft if drafter else None, relax,
+                           model.phrase_processors_in(settings.generation_kwargs() | gate), phrases=phrases,
+                           fill=grounded_fill(drafter, relax)), parts[:stored]
 
     def _gathered(self, jobs: list[Job], take: Callable[[int], list[Job]], room: int, deadline: float) -> list[Admission]:
         """``jobs`` and those of their key that arrive until ``deadline`` (or until ``room`` is full), prepared as

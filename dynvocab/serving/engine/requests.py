@@ -14,7 +14,7 @@ PIPELINE_SETTINGS = (
     "unit", "min_length", "max_length", "min_count", "max_phrases", "edges", "ranking", "no_repeat_ngram_size",
     "repetition_penalty", "agreement_top_k", "phrase_max_uses", "first_token_mass", "phrase_bias", "context_tokens",
     "state_threshold", "verify_top_k", "draft_tokens", "gamma", "relax_after", "read_documents", "read_tokens",
-    "cite_tokens", "document_kv",
+    "cite_tokens", "document_kv", "fill_tokens",
 )
 
 
@@ -70,6 +70,7 @@ class CompletionRequest(BaseModel):
     read_tokens: int | None = Field(None, ge=0)
     cite_tokens: int | None = Field(None, ge=1)
     document_kv: int | None = Field(None, ge=0)
+    fill_tokens: int | None = Field(None, ge=0)
     # verified decoding (batched with requests of the same rule): phrases kept as far as the LM agrees, drafts from
     # documents
     verify_top_k: int | None = Field(None, ge=0)

@@ -5,7 +5,7 @@ import torch
 from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor
 
 from dynvocab import DynamicVocabLM
-from dynvocab.decoding.drafting import DocumentDrafter
+from dynvocab.decoding.drafting import CorpusDrafts, DocumentDrafter
 from dynvocab.decoding.verification import draft_step_cost, generate_verified
 
 
@@ -154,3 +154,37 @@ def test_drafted_tokens_past_the_stopping_point_are_not_kept(model, llama, token
     out = generate_verified(model, prompt, 12, accept_top_k=1, stopping_criteria=stop,
                             draft=DocumentDrafter([prompt[0].tolist() + bare], 8).draft)
     assert out.sequences[0, prompt.shape[1] :].tolist() == bare[:5] and out.steps == 1
+
+
+def test_the_corpus_drafts_what_most_often_followed_the_longest_context_found():
+    corpus = CorpusDrafts([[1, 2, 3, 4], [1, 2, 3, 5], [7, 2, 3, 5], [9, 2, 3, 4, 6]], context_tokens=3, min_context=2)
+    assert corpus.follower([1, 2, 3]) in (4, 5)  # (1, 2, 3) went on with 4 once and 5 once: the smaller, 4
+    assert corpus.follower([1, 2, 3]) == 4 and corpus.follower([7, 2, 3]) == 5  # the longest context decides
+    assert corpus.follower([0, 2, 3]) == 4  # (2, 3) alone: 4 twice, 5 twice, so the smaller
+    assert corpus.follower([0, 3, 5]) is None and corpus.follower([3]) is None and corpus.follower([8, 99]) is None
+    assert corpus.draft([9, 2, 3], 5) == [4, 6] and corpus.draft([9, 2, 3], 1) == [4]  # the chain ends with the corpus
+    assert len(corpus) == 4 and len(CorpusDrafts([])) == 0 and CorpusDrafts([]).draft([1, 2], 3) == []
+    counted = CorpusDrafts([[1, 2, 8], [1, 2, 9], [5, 1, 2, 9]], context_tokens=2)
+    assert counted.follower([1, 2]) == 9  # twice against once
+    with pytest.raises(ValueError, match="min_context"):
+        CorpusDrafts([[1, 2, 3]], context_tokens=2, min_context=3)
+    with pytest.raises(ValueError, match="does not fit one int64 key"):
+        CorpusDrafts([[2**30, 1, 2, 3]], context_tokens=3)
+
+
+def test_the_drafter_says_where_a_source_has_a_follower_without_indexing_the_text():
+    drafter = DocumentDrafter([[1, 2, 3, 4]], 4)
+    assert drafter.proposes([0, 1, 2]) and not drafter.proposes([0, 5, 6])  # a document's context; none
+    assert drafter.proposes([5, 6, 7, 5, 6]) and not drafter.proposes([5, 6, 7, 6, 5])  # the text's own context
+    assert drafter.draft([5, 6, 7]) == [] and drafter.proposes([5, 6, 7, 8, 5, 6, 7, 8, 6, 7])  # past what is indexed
+    assert drafter.draft([5, 6, 7, 9]) == []  # proposes indexed nothing: the text may still grow its own way
+    assert not drafter.proposes([9, 9, 5, 6])  # a text that does not extend this one's is judged alone
+
+
+def test_the_drafter_fills_from_its_corpus_under_the_ngram_guard():
+    corpus = CorpusDrafts([[1, 2, 3, 1, 2, 3, 4]], context_tokens=2, min_context=2)
+    assert DocumentDrafter([], 8, corpus=corpus, fill_tokens=3).fill([0, 1, 2]) == [3, 1, 2]
+    assert DocumentDrafter([], 8, corpus=corpus, fill_tokens=8, no_repeat_ngram_size=3).fill([0, 1, 2]) == [3, 1, 2]
+    assert DocumentDrafter([], 8).fill([0, 1, 2]) == []  # no corpus
+    with pytest.raises(ValueError, match="fill_tokens"):
+        DocumentDrafter([], 8, corpus=corpus, fill_tokens=0)

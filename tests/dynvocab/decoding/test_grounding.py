@@ -8,7 +8,7 @@ from transformers import LogitsProcessorList
 
 from dynvocab import DynamicVocabLM
 from dynvocab.decoding.citations import cite, cited_share
-from dynvocab.decoding.drafting import DocumentDrafter
+from dynvocab.decoding.drafting import CorpusDrafts, DocumentDrafter
 from dynvocab.decoding.repetition import PhraseNoRepeatNGram
 from dynvocab.decoding.verification import (
     VerifiedBatch,
@@ -16,6 +16,7 @@ from dynvocab.decoding.verification import (
     accept_relaxed,
     generate_verified,
     generate_verified_batch,
+    grounded_fill,
     grounded_relax,
 )
 from tests.helpers import PhrasesAlwaysWin, PreferPhrases, TableLM
@@ -378,3 +379,34 @@ def test_no_new_tokens_asked_writes_nothing(llama, tokenizer):
     outputs = generate_verified_batch(llama, rows, 0, gamma=1.0)
     assert [out.sequences[0].tolist() for out in outputs] == [row.input_ids for row in rows]
     assert [out.steps for out in outputs] == [0, 0]
+
+
+def test_grounded_fill_cuts_the_corpus_draft_before_a_text_where_the_step_would_do_otherwise():
+    corpus = CorpusDrafts([[1, 2, 3, 5, 6, 9]], context_tokens=2)
+    drafter = DocumentDrafter([[5, 6, 7, 8]], 4, corpus=corpus, fill_tokens=4)
+    assert drafter.fill([1, 2]) == [3, 5, 6, 9]
+    assert grounded_fill(drafter, None)([1, 2]) == [3, 5, 6]  # after (5, 6) the document drafts: not filled
+    assert grounded_fill(drafter, None)([0, 5, 6]) == []  # a quiet text only
+    assert grounded_fill(drafter, lambda text: 1)([1, 2]) == []  # nor where a relaxation is in force
+    assert grounded_fill(DocumentDrafter([[5, 6, 7, 8]], 4), None) is None and grounded_fill(None, None) is None
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.05])
+def test_corpus_fills_write_the_same_text_in_fewer_steps(base_model, tokenizer, gamma):
+    """Drafts from a corpus holding the LM's own text, where the documents hold nothing: kept at gamma 1 and only
+    where the step would have written the LM's own token, so the text is the one written without them."""
+    context = tokenizer(DOCUMENT).input_ids
+    prompt = tokenizer(" The city of", return_tensors="pt").input_ids
+    reference = _greedy(base_model, torch.cat([torch.tensor([context]), prompt], 1), 24 * 5)  # a step keeps 5 at most
+
+    def decode(corpus):
+        drafter = DocumentDrafter([context], 6, min_context=2, corpus=corpus, fill_tokens=4)
+        relax = grounded_relax(drafter, 2)
+        return generate_verified(base_model, prompt, 24, gamma=gamma, context=torch.tensor([context]),
+                                 draft=drafter.draft, relax=relax, fill=grounded_fill(drafter, relax))
+
+    plain = decode(None).sequences[0].tolist()
+    filled = decode(CorpusDrafts([tokenizer(" zebra").input_ids + reference, [7, 8, 9]])).sequences[0].tolist()
+    assert filled[: len(plain)] == plain and len(filled) > len(plain)  # the same text, more of it in as many steps
+    if gamma == 1.0:
+        assert filled[prompt.shape[1] :] == reference[: len(filled) - prompt.shape[1]]
