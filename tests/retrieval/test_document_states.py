@@ -208,3 +208,29 @@ def make_engine_on():
         return Engine(DynamicVocabLM.from_causal_lm(lm, tokenizer).eval(), corpora, "tiny", ServerConfig(index="none"))
 
     return make
+
+
+def test_the_servers_grounded_requests_fill_from_their_served_corpus(make_engine_on, llama, tokenizer, index,
+                                                                    monkeypatch):
+    """A grounded request that retrieves from a served corpus fills the steps its documents leave empty from that
+    corpus: the same text in fewer LM calls; ``fill_tokens: 0`` does not fill."""
+    import dynvocab.serving.engine.engine as engine_module
+    from dynvocab.decoding import CorpusDrafts
+    from tests.dynvocab.serving.test_batching import job
+
+    def run(engine, **extra) -> list[str]:
+        requests = [{"prompt": prompt, "max_tokens": 12, "retrieve": 2, "grounded": True, "read_tokens": 16,
+                     "document_kv": 0, "no_repeat_ngram_size": 0, **extra} for prompt in PROMPTS]
+        return [completion.text for completion in engine.run([job(engine, fields, n) for n, fields in enumerate(requests)])]
+
+    engine = make_engine_on(llama, tokenizer, {"wiki": index})
+    plain = run(engine, fill_tokens=0)
+    written = CorpusDrafts(tokenizer([p + t for p, t in zip(PROMPTS, plain)], add_special_tokens=False).input_ids)
+    asked = []
+    monkeypatch.setattr(engine_module, "corpus_drafts", lambda corpus, tokenizer: asked.append(corpus) or written)
+    calls = lm_calls(llama)
+    assert run(engine, fill_tokens=0) == plain and not asked
+    unfilled = len(calls)
+    calls.clear()
+    assert run(engine) == plain and asked and all(corpus is index for corpus in asked)  # fills by default
+    assert len(calls) < unfilled

@@ -278,18 +278,27 @@ def test_grounded_decoding_at_gamma_one_is_the_lm_reading_the_documents(pipeline
         assert result.steps <= 10
 
 
-def test_corpus_fills_keep_the_grounded_text_and_are_built_once_per_index(pipeline):
+def test_corpus_fills_keep_the_grounded_text_and_are_built_once_per_index(pipeline, monkeypatch):
+    import retrieval.pipeline
+    from dynvocab.decoding import CorpusDrafts
     from retrieval.corpus_drafts import corpus_drafts
 
     prompts = ["Which river flows through New York City?", "What is the capital of France?"]
     settings = {"top_k": 2, "read_documents": 1, "max_new_tokens": 10, "no_repeat_ngram_size": 0}
+    tokenizer = pipeline.model.tokenizer
     for gamma in (1.0, 0.05):
-        pipeline.config = PipelineConfig(**settings, gamma=gamma)
+        pipeline.config = PipelineConfig(**settings, gamma=gamma, fill_tokens=0)
         plain = pipeline.batch(prompts)
+        # a corpus that holds what the LM writes: the fills propose it, where the documents have nothing
+        written = CorpusDrafts(tokenizer([p + r.text for p, r in zip(prompts, plain)], add_special_tokens=False).input_ids)
+        monkeypatch.setattr(retrieval.pipeline, "corpus_drafts", lambda index, tokenizer: written)
         pipeline.config = PipelineConfig(**settings, gamma=gamma, fill_tokens=4)
         filled = pipeline.batch(prompts)
-        for one, other in zip(plain, filled):  # as many steps, so the filled text may run further
+        monkeypatch.undo()
+        for one, other in zip(plain, filled):  # as many steps, so the filled text runs further
             assert other.text.startswith(one.text) and other.steps <= one.steps
+        assert sum(r.copied_tokens for r in filled) > sum(r.copied_tokens for r in plain)
+    assert PipelineConfig(**settings).fill_tokens == 4 and PipelineConfig(**settings, draft_tokens=0).fill_tokens == 0
     corpus = corpus_drafts(pipeline.index, pipeline.model.tokenizer)
     assert len(corpus) > 0 and corpus_drafts(pipeline.index, pipeline.model.tokenizer) is corpus
     with pytest.raises(ValueError, match="fill_tokens=4 fills the grounded steps"):
