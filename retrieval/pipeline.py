@@ -20,8 +20,7 @@ from dynvocab.decoding import (
     cited_share,
     generate_continuations,
     generate_verified_batch,
-    grounded_fill,
-    grounded_relax,
+    grounded_proposers,
 )
 from dynvocab.states import DocumentStates, StateKeys, row_state_keys
 from dynvocab.states.kv import DocumentKV
@@ -271,13 +270,11 @@ class PhrasePipeline(DocumentReader):
             gate = {"phrase_contexts": contexts[row]} if contexts[row] is not None else {}
             context = [token for part in parts[row] for token in part]
             ids = model.tokenizer(prompt, add_special_tokens=not context)["input_ids"]
-            drafter = drafters[row] if drafters else None
-            relax = grounded_relax(drafter, c.relax_after)
             rows.append(VerifiedRow(
-                ids, context, row if len(prompts) > 1 else None, drafter.draft if drafter else None, relax,
-                model.phrase_processors_in(kwargs | gate),
-                character_budget(model, len(ids), budgets[row] if budgets is not None else None),
-                fill=grounded_fill(drafter, relax)))
+                ids, context, row if len(prompts) > 1 else None,
+                logits_processor=model.phrase_processors_in(kwargs | gate),
+                stopping_criteria=character_budget(model, len(ids), budgets[row] if budgets is not None else None),
+                **grounded_proposers(drafters[row] if drafters else None, c.relax_after)))
         caches = [self.document_kv().cache(read[:stored]) for read in parts] if stored else None
         outputs = self._decode_rows(rows, keys, caches, gamma=c.gamma)
         return [(out, len(row.input_ids)) for out, row in zip(outputs, rows)]

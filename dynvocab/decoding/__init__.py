@@ -11,7 +11,7 @@ from .repetition import PhraseMaxUses, PhraseNoRepeatNGram, PhraseRepetitionPena
 from .sampling import choose, sampling_warpers
 from .stopping import CharacterBudget
 from .verification import VerifiedBatch, VerifiedOutput, VerifiedRow, generate_grounded, generate_verified, \
-    generate_verified_batch, grounded_fill, grounded_relax
+    generate_verified_batch, grounded_fill, grounded_proposers, grounded_relax
 
 __all__ = [
     "CharacterBudget",
@@ -36,6 +36,7 @@ __all__ = [
     "generate_verified",
     "generate_verified_batch",
     "grounded_fill",
+    "grounded_proposers",
     "grounded_relax",
     "left_contexts",
     "sampling_warpers",

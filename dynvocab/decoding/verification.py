@@ -43,7 +43,7 @@ from .sampling import choose, sampling_warpers
 
 __all__ = ["VerifiedBatch", "VerifiedOutput", "VerifiedRow", "accept_relaxed", "accept_sampled", "draft_step_cost",
            "forward_seconds", "generate_grounded", "generate_verified", "generate_verified_batch", "grounded_fill",
-           "grounded_relax"]
+           "grounded_proposers", "grounded_relax"]
 
 
 @dataclass
@@ -334,10 +334,17 @@ def generate_grounded(model, input_ids: torch.LongTensor, max_new_tokens: int, *
     ``dynvocab.decoding.drafting.DocumentDrafter`` over the documents read), relaxed as ``grounded_relax`` says, and
     its corpus's drafts where it has none (``grounded_fill``). ``kwargs`` go to ``generate_verified`` (``context``,
     ``do_sample``, ``logits_processor``, ...)."""
-    relax = grounded_relax(drafter, relax_after)
-    return generate_verified(model, input_ids, max_new_tokens, gamma=gamma, relax=relax,
-                             draft=drafter.draft if drafter is not None else None, fill=grounded_fill(drafter, relax),
+    return generate_verified(model, input_ids, max_new_tokens, gamma=gamma, **grounded_proposers(drafter, relax_after),
                              **kwargs)
+
+
+def grounded_proposers(drafter, relax_after: int) -> dict[str, Callable | None]:
+    """What a row of grounded decoding proposes by, from one ``drafter`` (or None): its ``draft``, the ``relax`` of
+    ``grounded_relax`` and the ``fill`` of ``grounded_fill``, as ``VerifiedRow`` and ``generate_verified`` take
+    them."""
+    relax = grounded_relax(drafter, relax_after)
+    return {"draft": drafter.draft if drafter is not None else None, "relax": relax,
+            "fill": grounded_fill(drafter, relax)}
 
 
 def grounded_relax(drafter, relax_after: int) -> Callable[[list[int]], int] | None:

@@ -21,7 +21,7 @@ from retrieval.document_states import attach_document_states, document_token_ids
 from retrieval.timing import StageTimer
 
 from ...decoding.citations import cited_share
-from ...decoding.verification import VerifiedBatch, VerifiedRow, grounded_fill, grounded_relax
+from ...decoding.verification import VerifiedBatch, VerifiedRow, grounded_proposers
 from ...model import DynamicVocabLM
 from ...phrases.mixed_ids import Segment, segments as phrase_segments
 from ...phrases.table import Phrase, PhraseTable
@@ -392,10 +392,9 @@ class Engine:
         context = [token for part in parts for token in part]
         prompt = model.tokenizer(prepared.job.request.prompt, add_special_tokens=not context)["input_ids"]
         gate["no_repeat_ngram_scope"] = "new"  # the n-gram guard judges the continuation: copying documents is allowed
-        relax = grounded_relax(drafter, settings.relax_after)
-        return VerifiedRow(prompt, context, None, drafter.draft if drafter else None, relax,
-                           model.phrase_processors_in(settings.generation_kwargs() | gate), phrases=phrases,
-                           fill=grounded_fill(drafter, relax)), parts[:stored]
+        processors = model.phrase_processors_in(settings.generation_kwargs() | gate)
+        return VerifiedRow(prompt, context, logits_processor=processors, phrases=phrases,
+                           **grounded_proposers(drafter, settings.relax_after)), parts[:stored]
 
     def _gathered(self, jobs: list[Job], take: Callable[[int], list[Job]], room: int, deadline: float) -> list[Admission]:
         """``jobs`` and those of their key that arrive until ``deadline`` (or until ``room`` is full), prepared as
